@@ -1,0 +1,343 @@
+"""The anyio gRPC channel that the generated betterproto2 stubs run on.
+
+``grpclib.client.Channel`` is asyncio-only (it can't even be constructed
+under trio), but the stubs only call ``channel.request(...)`` and use the
+returned stream. :class:`Channel` provides that same ``request()`` on any
+anyio backend.
+
+Lifetime is structured: ``async with Channel(...)`` opens a task group that
+owns every connection's reader and keepalive tasks, and leaving the block
+closes the connections and ends those tasks.
+
+Connection policy:
+
+* One HTTP/2 connection at a time carries all calls (multiplexed). It is made
+  on first use, or eagerly with :meth:`Channel.connect`.
+* When it fails (connection lost, keepalive timeout, GOAWAY), its in-flight
+  calls fail with UNAVAILABLE and the next call connects again at once.
+  After a *failed* connection attempt, the next one waits a jittered,
+  exponentially growing backoff, and calls that queue up meanwhile share
+  the outcome of a single attempt instead of each hammering the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import ssl
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.tls import TLSAttribute
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+
+from .._version import __version__
+from ._connection import Connection
+from ._metadata import MetadataLike, encode_metadata
+from ._stream import Stream
+
+if TYPE_CHECKING:
+    from grpclib.metadata import Deadline
+
+__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "Channel", "default_ssl_context"]
+
+logger = logging.getLogger("sepp_anyio.transport")
+
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 << 20
+USER_AGENT = f"sepp-anyio/{__version__}"
+
+
+def default_ssl_context(
+    *, cafile: str | None = None, cadata: str | bytes | None = None
+) -> ssl.SSLContext:
+    """A verifying client context with ALPN ``h2`` (system roots unless a CA is given)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile, cadata=cadata)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+class Channel:
+    """An HTTP/2 gRPC client channel on anyio (asyncio or trio).
+
+    Args:
+        host, port: the server.
+        ssl_context: enables TLS; ALPN ``h2`` is required (set on the context).
+        server_hostname: the name to verify the certificate against (and the
+            ``:authority``), when it differs from ``host``.
+        metadata: sent with every call (for instance ``authorization``).
+        max_receive_message_bytes: larger response messages fail the call with
+            RESOURCE_EXHAUSTED (the connection stays usable).
+        keepalive_interval, keepalive_timeout: PING cadence and patience;
+            ``keepalive_interval=None`` disables keepalive.
+        connect_timeout: bound on TCP + TLS + HTTP/2 handshake.
+        reconnect_backoff, reconnect_backoff_max: first and largest pause
+            after a failed connection attempt (jittered by +/-20%).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        metadata: MetadataLike | None = None,
+        user_agent: str = USER_AGENT,
+        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        keepalive_interval: float | None = 30.0,
+        keepalive_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        reconnect_backoff: float = 0.1,
+        reconnect_backoff_max: float = 5.0,
+    ) -> None:
+        if max_receive_message_bytes < 1:
+            raise ValueError("max_receive_message_bytes must be at least 1")
+        if keepalive_interval is not None and not keepalive_interval > 0:
+            raise ValueError("keepalive_interval must be > 0 (or None to disable)")
+        if not keepalive_timeout > 0:
+            raise ValueError("keepalive_timeout must be > 0")
+        if not connect_timeout > 0:
+            raise ValueError("connect_timeout must be > 0")
+        self.host = host
+        self.port = port
+        self._ssl_context = ssl_context
+        if ssl_context is not None:
+            ssl_context.set_alpn_protocols(["h2"])
+        self._server_hostname = server_hostname
+        self._max_receive = max_receive_message_bytes
+        self._keepalive_interval = keepalive_interval
+        self._keepalive_timeout = keepalive_timeout
+        self._connect_timeout = connect_timeout
+        self._backoff_initial = reconnect_backoff
+        self._backoff_max = reconnect_backoff_max
+
+        name = server_hostname or host
+        authority = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._scheme = b"https" if ssl_context is not None else b"http"
+        self._authority = authority.encode("ascii")
+        self._fixed_headers = [
+            (b"te", b"trailers"),
+            (b"content-type", b"application/grpc+proto"),
+            (b"user-agent", user_agent.encode("ascii")),
+        ]
+        self._base_metadata = encode_metadata(metadata)
+        self._paths: dict[str, bytes] = {}
+
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._conn: Connection | None = None
+        self._connections: set[Connection] = set()
+        self._connect_lock = anyio.Lock(fast_acquire=True)
+        self._attempts = 0
+        self._failures = 0
+        self._next_attempt_at = -math.inf
+        self._last_error: GRPCError | None = None
+
+    # ------------------------------------------------------------ lifetime
+
+    async def __aenter__(self) -> Channel:
+        if self._tg is not None or self._closed:
+            raise RuntimeError("a Channel can be entered only once")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closed = True
+        tg = self._tg
+        assert tg is not None
+        # Say goodbye politely (GOAWAY), but never wait long for it, and do
+        # it even if we are being cancelled.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            for conn in list(self._connections):
+                if conn.failure is None:
+                    conn.h2.close_connection()
+                    await conn.flush()
+        for conn in list(self._connections):
+            conn.close_soon()
+        tg.cancel_scope.cancel()
+        # The body's exception is deliberately not handed to the task group:
+        # it would come back wrapped in an ExceptionGroup. The connection
+        # tasks never raise, so there is nothing else to collect.
+        await tg.__aexit__(None, None, None)
+
+    # ------------------------------------------------------------ calls
+
+    def request(
+        self,
+        name: str,
+        cardinality: Cardinality,
+        request_type: type[Any],
+        reply_type: type[Any],
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: MetadataLike | None = None,
+    ) -> Stream:
+        """Prepare a call (no I/O), as ``grpclib.client.Channel.request`` does.
+
+        ``timeout`` (seconds) and ``deadline`` bound the call locally and are
+        sent as ``grpc-timeout``; the caller's ambient anyio deadline is sent
+        too. Raises ValueError/TypeError for malformed metadata.
+        """
+        if self._tg is None or self._closed:
+            raise RuntimeError("the Channel is not open (use it inside `async with`)")
+        absolute: float | None = None
+        if timeout is not None or deadline is not None:
+            now = anyio.current_time()
+            if timeout is not None:
+                absolute = now + timeout
+            if deadline is not None:
+                other = now + deadline.time_remaining()
+                absolute = other if absolute is None else min(absolute, other)
+        call_metadata = self._base_metadata
+        if metadata:
+            call_metadata = call_metadata + encode_metadata(metadata)
+        return Stream(
+            self,
+            name,
+            cardinality,
+            request_type,
+            reply_type,
+            deadline=absolute,
+            metadata=call_metadata,
+        )
+
+    def _request_headers(
+        self, path: str, timeout: bytes | None, metadata: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        raw_path = self._paths.get(path)
+        if raw_path is None:
+            raw_path = self._paths[path] = path.encode("ascii")
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", self._scheme),
+            (b":path", raw_path),
+            (b":authority", self._authority),
+        ]
+        if timeout is not None:
+            headers.append((b"grpc-timeout", timeout))
+        headers += self._fixed_headers
+        if metadata:
+            headers += metadata
+        return headers
+
+    # ------------------------------------------------------------ connections
+
+    async def connect(self) -> None:
+        """Make sure a connection is up, connecting now if needed.
+
+        Raises:
+            GRPCError: UNAVAILABLE with the reason (refused, timed out, TLS
+                verification failed, no ALPN h2, ...).
+        """
+        await self._get_connection()
+
+    async def _get_connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and conn.usable:
+            return conn
+        if self._tg is None or self._closed:
+            raise GRPCError(Status.UNAVAILABLE, "the channel is closed")
+        seen = self._attempts
+        async with self._connect_lock:
+            conn = self._conn
+            if conn is not None and conn.usable:
+                return conn
+            if self._attempts != seen and self._last_error is not None:
+                # An attempt finished while we queued for the lock and it
+                # failed: share its verdict rather than retrying at once.
+                raise self._last_error
+            pause = self._next_attempt_at - anyio.current_time()
+            if pause > 0:
+                await anyio.sleep(pause)
+            self._attempts += 1
+            try:
+                conn = await self._establish()
+            except GRPCError as exc:
+                self._failures += 1
+                self._last_error = exc
+                backoff = min(
+                    self._backoff_initial * 1.6 ** (self._failures - 1), self._backoff_max
+                )
+                self._next_attempt_at = anyio.current_time() + backoff * random.uniform(0.8, 1.2)
+                raise
+            self._failures = 0
+            self._last_error = None
+            self._next_attempt_at = -math.inf
+            self._conn = conn
+            return conn
+
+    async def _establish(self) -> Connection:
+        tg = self._tg
+        assert tg is not None
+        address = self.address
+        conn: Connection | None = None
+        try:
+            with anyio.fail_after(self._connect_timeout):
+                stream: anyio.abc.ByteStream
+                if self._ssl_context is None:
+                    stream = await anyio.connect_tcp(self.host, self.port)
+                else:
+                    stream = await anyio.connect_tcp(
+                        self.host,
+                        self.port,
+                        ssl_context=self._ssl_context,
+                        tls_hostname=self._server_hostname or self.host,
+                        tls_standard_compatible=False,
+                    )
+                if self._ssl_context is not None:
+                    alpn = stream.extra(TLSAttribute.alpn_protocol, None)
+                    if alpn != "h2":
+                        with anyio.CancelScope(shield=True):
+                            await stream.aclose()
+                        raise GRPCError(
+                            Status.UNAVAILABLE,
+                            f"the server at {address} did not negotiate HTTP/2 over TLS"
+                            f" (ALPN {alpn!r})",
+                        )
+                conn = Connection(
+                    stream,
+                    label=address,
+                    max_receive_message_bytes=self._max_receive,
+                    keepalive_interval=self._keepalive_interval,
+                    keepalive_timeout=self._keepalive_timeout,
+                )
+                self._connections.add(conn)
+                conn.on_closed = self._connections.discard
+                tg.start_soon(conn.run, name=f"sepp-anyio connection {address}")
+                await conn.flush()
+                # The server's SETTINGS tell us its stream limit and windows;
+                # they also prove that an HTTP/2 server is listening.
+                await conn.ready.wait()
+        except TimeoutError:
+            if conn is not None:
+                conn.close_soon()
+            raise GRPCError(
+                Status.UNAVAILABLE,
+                f"timed out after {self._connect_timeout:g}s connecting to {address}",
+            ) from None
+        except ssl.SSLError as exc:
+            raise GRPCError(
+                Status.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}"
+            ) from exc
+        except (OSError, anyio.BrokenResourceError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise GRPCError(Status.UNAVAILABLE, f"cannot connect to {address}: {reason}") from exc
+        if conn.failure is not None:
+            raise GRPCError(
+                Status.UNAVAILABLE,
+                f"HTTP/2 handshake with {address} failed: {conn.failure.message}",
+            )
+        logger.debug("connected to %s", address)
+        return conn

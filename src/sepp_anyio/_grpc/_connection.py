@@ -1,0 +1,482 @@
+"""One HTTP/2 connection to a gRPC server, driven by anyio.
+
+A :class:`Connection` wraps a connected byte stream and an ``h2`` state
+machine. Its :meth:`Connection.run` task (owned by the channel's task group)
+reads frames and dispatches them to the calls waiting on them; a second task
+sends keepalive PINGs. Callers never read from the socket themselves.
+
+Invariants that keep a shared connection healthy:
+
+* All h2 state changes happen synchronously between awaits, and every write
+  goes through :meth:`Connection.flush`, which runs shielded: a cancelled
+  caller can never leave half a frame on the wire (trio would mark the stream
+  broken, and the peer would see garbage).
+* The reader never raises for connection trouble: it records ``failure`` and
+  wakes every waiter, who then raise UNAVAILABLE themselves. That keeps
+  connection errors out of the channel's task group, so they can't wrap the
+  caller's own exceptions in an ExceptionGroup.
+* Received DATA is acknowledged (window handed back) as soon as it is parsed.
+  Memory stays bounded because each stream refuses a message announced larger
+  than ``max_receive_message_bytes``, and the consumer of a unary call reads
+  everything anyway; waiting for the consumer before acknowledging is what
+  deadlocked the lab prototype on messages larger than the window.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from ._framing import CompressedMessageError, MessageDecoder, MessageTooLargeError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["CallState", "Connection"]
+
+logger = logging.getLogger("sepp_anyio.transport")
+
+# Our receive windows. HTTP/2's 64 KiB default throttles large messages to a
+# trickle of WINDOW_UPDATE round trips; these are the values the lab measured.
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 16 << 20
+_READ_SIZE = 1 << 18
+
+_RST_TO_STATUS = {
+    h2.errors.ErrorCodes.NO_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.PROTOCOL_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.INTERNAL_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.FLOW_CONTROL_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.SETTINGS_TIMEOUT: Status.INTERNAL,
+    h2.errors.ErrorCodes.FRAME_SIZE_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.REFUSED_STREAM: Status.UNAVAILABLE,
+    h2.errors.ErrorCodes.CANCEL: Status.CANCELLED,
+    h2.errors.ErrorCodes.COMPRESSION_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.CONNECT_ERROR: Status.INTERNAL,
+    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: Status.RESOURCE_EXHAUSTED,
+    h2.errors.ErrorCodes.INADEQUATE_SECURITY: Status.PERMISSION_DENIED,
+    h2.errors.ErrorCodes.HTTP_1_1_REQUIRED: Status.INTERNAL,
+}
+
+
+def status_for_reset(code: int) -> Status:
+    """The gRPC status for a stream the server reset with ``code``."""
+    try:
+        return _RST_TO_STATUS[h2.errors.ErrorCodes(code)]
+    except ValueError:
+        return Status.INTERNAL
+
+
+class CallState:
+    """What the reader has learned about one HTTP/2 stream (one RPC).
+
+    The call's task waits on :attr:`waiter`; the reader fills in fields and
+    calls :meth:`wake`. One waiter at a time: a call is driven by one task.
+    """
+
+    __slots__ = (
+        "decoder",
+        "ended",
+        "failure",
+        "headers",
+        "reset_code",
+        "stream_id",
+        "trailers",
+        "waiter",
+    )
+
+    def __init__(self, stream_id: int, max_message_size: int) -> None:
+        self.stream_id = stream_id
+        self.headers: list[tuple[bytes, bytes]] | None = None
+        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.decoder = MessageDecoder(max_message_size)
+        self.ended = False
+        self.reset_code: int | None = None
+        # A local verdict on this stream (oversized message, GOAWAY above our
+        # id, connection loss); raised to the caller at its next wait.
+        self.failure: GRPCError | None = None
+        self.waiter: anyio.Event | None = None
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            waiter.set()
+
+    def fail(self, error: GRPCError) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.wake()
+
+
+class Connection:
+    """An HTTP/2 client connection carrying gRPC calls.
+
+    Created by the channel after the TCP (and TLS) handshake; the channel runs
+    :meth:`run` in its task group and waits for :attr:`ready`.
+    """
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        *,
+        label: str,
+        max_receive_message_bytes: int,
+        keepalive_interval: float | None,
+        keepalive_timeout: float,
+    ) -> None:
+        self._stream = stream
+        self.label = label
+        self.max_receive_message_bytes = max_receive_message_bytes
+        self._keepalive_interval = keepalive_interval
+        self._keepalive_timeout = keepalive_timeout
+        self.h2 = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(
+                client_side=True,
+                header_encoding=None,
+                # We build well-formed headers ourselves and read only a few
+                # response headers; h2's per-header validation costs more than
+                # the rest of a unary call's header handling.
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+                validate_inbound_headers=False,
+                normalize_inbound_headers=False,
+            )
+        )
+        self.calls: dict[int, CallState] = {}
+        # Set once the connection can carry no new call; existing calls may
+        # still finish (after a graceful GOAWAY) unless failure is also set.
+        self.draining = False
+        self.failure: GRPCError | None = None
+        self.ready = anyio.Event()
+        self._flushing = False
+        self._open_streams = 0
+        self._slot_waiters: deque[anyio.Event] = deque()
+        self._window_waiters: list[anyio.Event] = []
+        self._ping_ack: anyio.Event | None = None
+        self._ping_payload = b""
+        self._scope: anyio.CancelScope | None = None
+        # The channel forgets a connection through this once it has closed.
+        self.on_closed: Callable[[Connection], None] | None = None
+
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 1 << 20,
+            },
+        )
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def usable(self) -> bool:
+        """Whether a new call may start on this connection."""
+        return self.failure is None and not self.draining
+
+    def unavailable(self, what: str) -> GRPCError:
+        return GRPCError(Status.UNAVAILABLE, f"{what} ({self.label})")
+
+    def fail(self, error: GRPCError) -> None:
+        """Mark the connection dead and wake everyone; idempotent."""
+        if self.failure is None:
+            self.failure = error
+            logger.debug("connection %s failed: %s", self.label, error.message)
+        self.draining = True
+        self.ready.set()
+        for call in self.calls.values():
+            call.fail(error)
+        self._wake_slot_waiters_all()
+        self._wake_window_waiters()
+        if self._ping_ack is not None:
+            self._ping_ack.set()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def close_soon(self) -> None:
+        """Stop the reader; used once a draining connection has no calls."""
+        if self.failure is None:
+            self.fail(self.unavailable("connection closed"))
+
+    # ------------------------------------------------------------ writing
+
+    async def flush(self) -> None:
+        """Send everything h2 has queued.
+
+        Runs shielded, so cancellation can't cut a frame in half. Only one task
+        writes at a time; a task that finds a write in progress returns at
+        once, because the writer loops until h2's buffer is empty and so sends
+        its frames too (this also coalesces concurrent calls into fewer
+        writes). A dead peer can't block the writer forever: the keepalive
+        task closes the stream, which aborts the pending write.
+        """
+        if self._flushing or self.failure is not None:
+            return
+        data = self.h2.data_to_send()
+        if not data:
+            return
+        self._flushing = True
+        try:
+            with anyio.CancelScope(shield=True):
+                while data:
+                    await self._stream.send(data)
+                    data = self.h2.data_to_send()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
+        finally:
+            self._flushing = False
+
+    # ------------------------------------------------------------ stream slots
+
+    async def acquire_slot(self) -> None:
+        """Wait for room under the server's MAX_CONCURRENT_STREAMS.
+
+        Waiters are served first come, first served, and each finished stream
+        wakes exactly one of them (waking all would cost O(n^2) for hundreds of
+        queued calls). Raises UNAVAILABLE if the connection stops taking new
+        calls meanwhile; the caller then retries on a fresh connection.
+        """
+        if (
+            not self._slot_waiters
+            and self._open_streams < self.h2.remote_settings.max_concurrent_streams
+        ):
+            self._open_streams += 1
+            return
+        waiter = anyio.Event()
+        self._slot_waiters.append(waiter)
+        try:
+            await waiter.wait()
+        except BaseException:
+            try:
+                self._slot_waiters.remove(waiter)
+            except ValueError:
+                # We were granted a slot just as we were cancelled: pass it on.
+                if self.usable:
+                    self.release_slot()
+            raise
+        if not self.usable:
+            raise self.failure or self.unavailable("connection is going away")
+
+    def release_slot(self) -> None:
+        self._open_streams -= 1
+        self._grant_slots()
+
+    def _grant_slots(self) -> None:
+        limit = self.h2.remote_settings.max_concurrent_streams
+        while self._slot_waiters and self._open_streams < limit:
+            self._open_streams += 1
+            self._slot_waiters.popleft().set()
+
+    def _wake_slot_waiters_all(self) -> None:
+        while self._slot_waiters:
+            self._slot_waiters.popleft().set()
+
+    # ------------------------------------------------------------ send windows
+
+    async def wait_for_window(self) -> None:
+        """Sleep until the peer grants more send window (or the link fails)."""
+        waiter = anyio.Event()
+        self._window_waiters.append(waiter)
+        try:
+            await waiter.wait()
+        finally:
+            if waiter in self._window_waiters:
+                self._window_waiters.remove(waiter)
+
+    def _wake_window_waiters(self) -> None:
+        waiters, self._window_waiters = self._window_waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    # ------------------------------------------------------------ calls
+
+    def open_call(self, stream_id: int) -> CallState:
+        call = CallState(stream_id, self.max_receive_message_bytes)
+        self.calls[stream_id] = call
+        return call
+
+    def release_call(self, call: CallState) -> None:
+        """Forget a finished call and free its slot (synchronous, no I/O)."""
+        if self.calls.pop(call.stream_id, None) is not None:
+            self.release_slot()
+        if self.draining and not self.calls:
+            self.close_soon()
+
+    def reset_call(self, call: CallState, code: int = h2.errors.ErrorCodes.CANCEL) -> bool:
+        """Queue RST_STREAM for a call still open on the wire; True if queued."""
+        if self.failure is not None:
+            return False
+        try:
+            self.h2.reset_stream(call.stream_id, code)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return False
+        return True
+
+    # ------------------------------------------------------------ the tasks
+
+    async def run(self) -> None:
+        """Read and dispatch frames until the connection ends; never raises.
+
+        Cancellation (the channel closing) is re-raised after the connection
+        has been marked failed and the socket closed.
+        """
+        try:
+            with anyio.CancelScope() as self._scope:
+                async with anyio.create_task_group() as tg:
+                    if self._keepalive_interval is not None:
+                        tg.start_soon(self._keepalive)
+                    await self._read_loop()
+                    tg.cancel_scope.cancel()
+        finally:
+            self.fail(self.unavailable("connection closed"))
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                await self._stream.aclose()
+            if self.on_closed is not None:
+                self.on_closed(self)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._stream.receive(_READ_SIZE)
+                events = self.h2.receive_data(data)
+                for event in events:
+                    self._dispatch(event)
+                # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
+                await self.flush()
+        except anyio.EndOfStream:
+            self.fail(self.unavailable("connection closed by the server"))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail(self.unavailable(f"connection lost: {exc!r}"))
+        except h2.exceptions.ProtocolError as exc:
+            self.fail(self.unavailable(f"HTTP/2 protocol error from the server: {exc}"))
+
+    async def _keepalive(self) -> None:
+        """PING every interval, also while idle; a missing ACK kills the link.
+
+        A long-poll reserve can sit silent for minutes; without this, a peer
+        that vanished (or a NAT that dropped the mapping) would only be noticed
+        at the TCP retransmission timeout, many minutes later.
+        """
+        assert self._keepalive_interval is not None
+        while True:
+            await anyio.sleep(self._keepalive_interval)
+            ack = self._ping_ack = anyio.Event()
+            self._ping_payload = os.urandom(8)
+            self.h2.ping(self._ping_payload)
+            await self.flush()
+            with anyio.move_on_after(self._keepalive_timeout):
+                await ack.wait()
+            if not ack.is_set():
+                self.fail(
+                    self.unavailable(
+                        f"keepalive PING not acknowledged within {self._keepalive_timeout:g}s;"
+                        " the server is unreachable"
+                    )
+                )
+                return
+
+    # ------------------------------------------------------------ dispatch
+
+    def _dispatch(self, event: h2.events.Event) -> None:
+        kind = type(event)
+        if kind is h2.events.DataReceived:
+            assert isinstance(event, h2.events.DataReceived)
+            self._on_data(event)
+        elif kind is h2.events.ResponseReceived:
+            assert isinstance(event, h2.events.ResponseReceived)
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call.headers = event.headers
+                call.wake()
+        elif kind is h2.events.TrailersReceived:
+            assert isinstance(event, h2.events.TrailersReceived)
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call.trailers = event.headers
+                call.wake()
+        elif kind is h2.events.StreamEnded:
+            assert isinstance(event, h2.events.StreamEnded)
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call.ended = True
+                call.wake()
+        elif kind is h2.events.StreamReset:
+            assert isinstance(event, h2.events.StreamReset)
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call.reset_code = event.error_code
+                call.wake()
+        elif kind is h2.events.WindowUpdated:
+            self._wake_window_waiters()
+        elif kind is h2.events.RemoteSettingsChanged:
+            # The limit may have grown, and a new initial window changes every
+            # stream's send window.
+            self.ready.set()
+            self._grant_slots()
+            self._wake_window_waiters()
+        elif kind is h2.events.PingAckReceived:
+            assert isinstance(event, h2.events.PingAckReceived)
+            if self._ping_ack is not None and event.ping_data == self._ping_payload:
+                self._ping_ack.set()
+        elif kind is h2.events.ConnectionTerminated:
+            assert isinstance(event, h2.events.ConnectionTerminated)
+            self._on_goaway(event)
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream_id = event.stream_id
+        assert stream_id is not None
+        size = event.flow_controlled_length or 0
+        if size:
+            self.h2.acknowledge_received_data(size, stream_id)
+        call = self.calls.get(stream_id)
+        if call is None or call.failure is not None or event.data is None:
+            return
+        try:
+            call.decoder.feed(event.data)
+        except MessageTooLargeError as exc:
+            call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, str(exc)))
+            self.reset_call(call)
+        except CompressedMessageError as exc:
+            call.fail(GRPCError(Status.INTERNAL, str(exc)))
+            self.reset_call(call)
+        else:
+            call.wake()
+
+    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        last = event.last_stream_id if event.last_stream_id is not None else 0
+        code = event.error_code
+        reason = f"server sent GOAWAY ({code!r})"
+        self.draining = True
+        # Streams above last_stream_id were never processed: safe to retry.
+        for stream_id, call in list(self.calls.items()):
+            if stream_id > last:
+                call.fail(self.unavailable(f"{reason}; the call was not processed"))
+        if code != h2.errors.ErrorCodes.NO_ERROR:
+            self.fail(self.unavailable(reason))
+            return
+        # h2 closes its state machine on any GOAWAY and would then refuse the
+        # frames of the calls the server is still finishing. A graceful GOAWAY
+        # (NO_ERROR) allows them, so reopen the machine; `draining` keeps us
+        # from starting new streams on it.
+        machine = self.h2.state_machine
+        if machine.state is h2.connection.ConnectionState.CLOSED:
+            machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        self._wake_slot_waiters_all()
+        if not self.calls:
+            self.close_soon()

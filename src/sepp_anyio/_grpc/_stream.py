@@ -1,0 +1,431 @@
+"""One gRPC call, shaped like ``grpclib.client.Stream``.
+
+The betterproto2 stubs only ever do::
+
+    async with channel.request(route, cardinality, req_type, reply_type, ...) as stream:
+        await stream.send_message(request, end=True)
+        reply = await stream.recv_message()
+
+so :class:`Stream` implements exactly grpclib's stream protocol (send_request,
+send_message, end, recv_initial_metadata, recv_message, recv_trailing_metadata,
+cancel, async iteration) on top of :class:`~._connection.Connection`.
+
+Errors are grpclib's :class:`~grpclib.exceptions.GRPCError` (the client layer
+translates them into the public ``SeppError`` tree). In particular:
+
+* the server's status, from trailers or a trailers-only response;
+* ``UNAVAILABLE`` when the connection fails, the server refuses the stream or
+  it sends GOAWAY before processing it;
+* ``DEADLINE_EXCEEDED`` when the call's own timeout expires locally. An
+  ambient deadline of the caller (``anyio.fail_after`` / ``move_on_after``
+  around the call) is *not* converted: it is sent to the server as
+  ``grpc-timeout`` and then cancels the call the usual anyio way.
+
+Cancellation at any await resets the HTTP/2 stream (RST_STREAM CANCEL) in a
+shielded cleanup, so the server stops working on it and the shared connection
+stays usable.
+"""
+
+from __future__ import annotations
+
+import math
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError, ProtocolError
+from multidict import MultiDict
+
+from ._connection import CallState, Connection, status_for_reset
+from ._framing import decode_grpc_message, encode_message, encode_timeout, status_from_http
+from ._metadata import decode_metadata
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._channel import Channel
+
+__all__ = ["Stream"]
+
+_OPEN_ATTEMPTS = 3
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def _raise_for_status(headers: list[tuple[bytes, bytes]]) -> None:
+    raw = _header(headers, b"grpc-status")
+    if raw is None:
+        raise GRPCError(Status.UNKNOWN, "server response carries no grpc-status")
+    if raw == b"0":
+        return
+    message_raw = _header(headers, b"grpc-message")
+    message = decode_grpc_message(message_raw.decode("latin-1")) if message_raw else None
+    try:
+        status = Status(int(raw))
+    except ValueError:
+        detail = f"unknown grpc-status {raw.decode('latin-1')!r}"
+        raise GRPCError(Status.UNKNOWN, f"{detail}: {message}" if message else detail) from None
+    # grpc-status-details-bin, if present, is deliberately left undecoded: the
+    # sepp protocol defines no rich error details, and a malformed one must
+    # not mask the status itself.
+    raise GRPCError(status, message)
+
+
+class Stream:
+    """A single RPC on a :class:`~._channel.Channel`; use with ``async with``."""
+
+    __slots__ = (
+        "_call",
+        "_cardinality",
+        "_channel",
+        "_conn",
+        "_deadline",
+        "_end_sent",
+        "_initial_done",
+        "_message_sent",
+        "_metadata",
+        "_name",
+        "_recv_type",
+        "_send_type",
+        "_trailers_done",
+        "_trailers_only",
+    )
+
+    def __init__(
+        self,
+        channel: Channel,
+        name: str,
+        cardinality: Cardinality,
+        send_type: type[Any],
+        recv_type: type[Any],
+        *,
+        deadline: float | None,
+        metadata: list[tuple[bytes, bytes]],
+    ) -> None:
+        self._channel = channel
+        self._name = name
+        self._cardinality = cardinality
+        self._send_type = send_type
+        self._recv_type = recv_type
+        # Absolute anyio time at which *this call's own* timeout expires.
+        self._deadline = deadline
+        self._metadata = metadata
+        self._conn: Connection | None = None
+        self._call: CallState | None = None
+        self._message_sent = False
+        self._end_sent = False
+        self._initial_done = False
+        self._trailers_only = False
+        self._trailers_done = False
+
+    # ------------------------------------------------------------ metadata
+
+    @property
+    def initial_metadata(self) -> MultiDict[str | bytes] | None:
+        """Response headers as grpclib-style metadata (after they arrived)."""
+        call = self._call
+        if call is None or call.headers is None or self._trailers_only:
+            return None
+        return decode_metadata(call.headers)
+
+    @property
+    def trailing_metadata(self) -> MultiDict[str | bytes] | None:
+        """Response trailers as grpclib-style metadata (after they arrived)."""
+        call = self._call
+        if call is None:
+            return None
+        headers = call.headers if self._trailers_only else call.trailers
+        return None if headers is None else decode_metadata(headers)
+
+    # ------------------------------------------------------------ deadline
+
+    def _deadline_exceeded(self) -> GRPCError:
+        return GRPCError(Status.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
+
+    def _check_call(self, call: CallState, conn: Connection) -> None:
+        if call.failure is not None:
+            raise call.failure
+        if call.reset_code is not None:
+            raise GRPCError(
+                status_for_reset(call.reset_code),
+                f"the server reset the stream (HTTP/2 error code {call.reset_code})",
+            )
+        if conn.failure is not None:
+            raise conn.failure
+
+    async def _wait(self, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` holds, the call fails, or the deadline passes."""
+        call, conn = self._call, self._conn
+        assert call is not None and conn is not None
+        deadline = self._deadline
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            while not ready():
+                self._check_call(call, conn)
+                waiter = call.waiter = anyio.Event()
+                try:
+                    await waiter.wait()
+                finally:
+                    call.waiter = None
+        if scope.cancelled_caught:
+            raise self._deadline_exceeded()
+
+    # ------------------------------------------------------------ sending
+
+    def _timeout_header(self) -> bytes | None:
+        """grpc-timeout: the nearer of our own deadline and the caller's."""
+        deadline = anyio.current_effective_deadline()
+        if self._deadline is not None and self._deadline < deadline:
+            deadline = self._deadline
+        if deadline == math.inf:
+            return None
+        return encode_timeout(deadline - anyio.current_time()).encode("ascii")
+
+    async def _open(self, *, end: bool, body: bytes | None) -> None:
+        """Open the HTTP/2 stream: headers, then the body if there is one."""
+        if self._call is not None:
+            raise ProtocolError("Request is already sent")
+        deadline = self._deadline
+        if deadline is not None and deadline <= anyio.current_time():
+            raise self._deadline_exceeded()
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            conn = await self._acquire()
+            timeout = self._timeout_header()
+            headers = self._channel._request_headers(self._name, timeout, self._metadata)
+            h2conn = conn.h2
+            stream_id = h2conn.get_next_available_stream_id()
+            h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
+            self._conn = conn
+            self._call = conn.open_call(stream_id)
+            if end and body is None:
+                self._end_sent = True
+            if body is None:
+                await conn.flush()
+        if scope.cancelled_caught:
+            if self._call is not None:
+                await self._abort()
+            raise self._deadline_exceeded()
+        if body is not None:
+            await self._send_data(body, end=end)
+
+    async def _acquire(self) -> Connection:
+        """A connection with a free stream slot, retrying if one goes away.
+
+        Retrying is safe here: nothing of this call has been sent yet.
+        """
+        for attempt in range(_OPEN_ATTEMPTS):
+            conn = await self._channel._get_connection()
+            try:
+                await conn.acquire_slot()
+            except GRPCError:
+                if attempt + 1 < _OPEN_ATTEMPTS and not conn.usable:
+                    continue
+                raise
+            return conn
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send_data(self, data: bytes, *, end: bool) -> None:
+        """Send ``data`` in window-sized DATA frames, waiting for window updates."""
+        conn, call = self._conn, self._call
+        assert conn is not None and call is not None
+        h2conn = conn.h2
+        stream_id = call.stream_id
+        view = memoryview(data)
+        deadline = self._deadline
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            while True:
+                self._check_call(call, conn)
+                window = min(
+                    h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
+                )
+                if window <= 0:
+                    await conn.flush()
+                    # Re-check after the flush: the window may have opened.
+                    if (
+                        h2conn.local_flow_control_window(stream_id) <= 0
+                        and conn.failure is None
+                        and call.failure is None
+                    ):
+                        await conn.wait_for_window()
+                    continue
+                chunk, view = view[:window], view[window:]
+                h2conn.send_data(stream_id, chunk.tobytes(), end_stream=end and not view)
+                if not view:
+                    break
+            if end:
+                self._end_sent = True
+            await conn.flush()
+        if scope.cancelled_caught:
+            raise self._deadline_exceeded()
+
+    async def send_request(self, *, end: bool = False) -> None:
+        """Send the request headers (``end=True``: with no body at all)."""
+        await self._open(end=end, body=None)
+
+    async def send_message(self, message: Any, *, end: bool = False) -> None:
+        """Send one request message; forced to end the stream for unary requests."""
+        if not self._cardinality.client_streaming:
+            if self._message_sent:
+                raise ProtocolError("Message was already sent")
+            end = True
+        if self._end_sent:
+            raise ProtocolError("Stream is ended")
+        if not isinstance(message, self._send_type):
+            raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
+        body = encode_message(bytes(message))
+        self._message_sent = True
+        if self._call is None:
+            # Headers and the first message leave in a single write.
+            await self._open(end=end, body=body)
+        else:
+            await self._send_data(body, end=end)
+
+    async def end(self) -> None:
+        """Half-close the request side."""
+        if self._end_sent:
+            if self._cardinality.client_streaming:
+                raise ProtocolError("Stream was already ended")
+            return
+        conn, call = self._conn, self._call
+        if conn is None or call is None:
+            raise ProtocolError("Request was not sent yet")
+        conn.h2.end_stream(call.stream_id)
+        self._end_sent = True
+        await conn.flush()
+
+    # ------------------------------------------------------------ receiving
+
+    async def recv_initial_metadata(self) -> None:
+        """Wait for the response headers and validate them.
+
+        A trailers-only response (an error before any message) raises its
+        status here.
+        """
+        if self._initial_done:
+            raise ProtocolError("Initial metadata was already received")
+        call = self._call
+        if call is None:
+            raise ProtocolError("Request was not sent yet")
+        if call.headers is None:
+            await self._wait(lambda: call.headers is not None or call.ended)
+        self._initial_done = True
+        headers = call.headers
+        if headers is None:
+            raise GRPCError(Status.UNKNOWN, "the server ended the stream without response headers")
+        http_status = _header(headers, b":status")
+        if http_status != b"200":
+            code = int(http_status) if http_status and http_status.isdigit() else 0
+            raise GRPCError(
+                status_from_http(code),
+                f"received HTTP status {code} instead of a gRPC response",
+            )
+        grpc_status = _header(headers, b"grpc-status")
+        if grpc_status is not None:
+            # Trailers-only: the headers are the trailers.
+            self._trailers_only = True
+            self._trailers_done = True
+            _raise_for_status(headers)
+            return
+        content_type = _header(headers, b"content-type")
+        if content_type is None or not content_type.startswith(b"application/grpc"):
+            raise GRPCError(
+                Status.UNKNOWN,
+                f"server replied with content-type {content_type!r}, not application/grpc",
+            )
+
+    async def recv_message(self) -> Any:
+        """The next response message, or None at the end of the stream.
+
+        For a unary response, the end of the stream without a message raises
+        the trailers' status, or INTERNAL if that status is OK.
+        """
+        if not self._initial_done:
+            await self.recv_initial_metadata()
+        if self._trailers_only:
+            return None
+        call = self._call
+        assert call is not None
+        data = call.decoder.pop()
+        if data is None:
+            await self._wait(lambda: bool(call.decoder.messages) or call.ended)
+            data = call.decoder.pop()
+            if data is None:
+                if call.decoder.buffered:
+                    raise GRPCError(Status.INTERNAL, "the stream ended in the middle of a message")
+                if not self._cardinality.server_streaming:
+                    await self.recv_trailing_metadata()
+                    raise GRPCError(Status.INTERNAL, "the server sent no response message")
+                return None
+        try:
+            return self._recv_type.FromString(data)
+        except Exception as exc:
+            raise GRPCError(
+                Status.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"
+            ) from exc
+
+    async def recv_trailing_metadata(self) -> None:
+        """Wait for the trailers and raise a non-OK status."""
+        if self._trailers_done:
+            return
+        if not self._initial_done:
+            await self.recv_initial_metadata()
+            if self._trailers_only:
+                return
+        call = self._call
+        assert call is not None
+        if call.trailers is None:
+            await self._wait(lambda: call.trailers is not None or call.ended)
+        self._trailers_done = True
+        if call.trailers is None:
+            raise GRPCError(Status.INTERNAL, "the server ended the stream without trailers")
+        _raise_for_status(call.trailers)
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        message = await self.recv_message()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    # ------------------------------------------------------------ ending
+
+    async def cancel(self) -> None:
+        """Reset the stream (RST_STREAM CANCEL) if it is still open."""
+        await self._abort()
+
+    async def _abort(self) -> None:
+        conn, call = self._conn, self._call
+        if conn is None or call is None:
+            return
+        if not (call.ended and self._end_sent) and conn.reset_call(call):
+            # flush() shields its own writes; nothing here can be cut short.
+            await conn.flush()
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn, call = self._conn, self._call
+        if conn is None or call is None:
+            return
+        try:
+            if exc_type is None and not self._trailers_done:
+                await self.recv_trailing_metadata()
+        finally:
+            # Runs on success, error and cancellation alike: a stream the
+            # server hasn't finished is reset so it stops working on it.
+            with anyio.CancelScope(shield=True):
+                await self._abort()
+            conn.release_call(call)

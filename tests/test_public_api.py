@@ -1,0 +1,73 @@
+"""The public surface never exposes generated, betterproto2 or grpclib types."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+
+import sepp_anyio
+
+FORBIDDEN = ("sepp_anyio._proto", "betterproto2", "grpclib", "google.protobuf", "multidict")
+
+
+def _annotation_modules(obj: object) -> set[str]:
+    """Modules of every type mentioned in obj's (resolved) annotations."""
+    found: set[str] = set()
+    try:
+        hints = typing.get_type_hints(obj)
+    except Exception:  # unresolvable forward refs are reported as such
+        hints = getattr(obj, "__annotations__", {})
+    stack = list(hints.values())
+    while stack:
+        hint = stack.pop()
+        module = getattr(hint, "__module__", None)
+        if isinstance(module, str):
+            found.add(module)
+        if isinstance(hint, str):
+            found.add(hint)
+        stack.extend(typing.get_args(hint))
+    return found
+
+
+def _public_objects() -> list[tuple[str, object]]:
+    names = sepp_anyio.__all__
+    return [(name, getattr(sepp_anyio, name)) for name in names]
+
+
+def test_every_public_name_exists_and_is_listed() -> None:
+    for name in sepp_anyio.__all__:
+        assert hasattr(sepp_anyio, name), name
+    exported = {n for n in dir(sepp_anyio) if not n.startswith("_")}
+    assert exported <= set(sepp_anyio.__all__) | {"annotations"}
+
+
+def test_public_signatures_mention_no_private_wire_types() -> None:
+    offenders: list[str] = []
+    for name, obj in _public_objects():
+        targets: list[object] = [obj]
+        if inspect.isclass(obj):
+            targets += [
+                member
+                for member_name, member in vars(obj).items()
+                if not member_name.startswith("_") and callable(member)
+            ]
+            targets.append(obj.__init__)
+            if dataclasses.is_dataclass(obj):
+                targets.append(obj)
+            for base in obj.__mro__:
+                if base.__module__.startswith(FORBIDDEN):
+                    offenders.append(f"{name} subclasses {base.__module__}.{base.__name__}")
+        for target in targets:
+            for module in _annotation_modules(target):
+                if module.startswith(FORBIDDEN) or any(f in module for f in FORBIDDEN):
+                    offenders.append(
+                        f"{name}: {getattr(target, '__qualname__', target)} -> {module}"
+                    )
+    assert not offenders, offenders
+
+
+def test_public_objects_do_not_come_from_private_wire_modules() -> None:
+    for name, obj in _public_objects():
+        module = getattr(obj, "__module__", "") or ""
+        assert not module.startswith(FORBIDDEN), (name, module)

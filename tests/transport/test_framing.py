@@ -1,0 +1,168 @@
+"""The sans-IO framing layer, fed arbitrary chunk splits (hypothesis)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sepp_anyio._grpc._framing import (
+    CompressedMessageError,
+    MessageDecoder,
+    MessageTooLargeError,
+    decode_grpc_message,
+    decode_timeout,
+    encode_grpc_message,
+    encode_message,
+    encode_timeout,
+    status_from_http,
+)
+from sepp_anyio._grpc._metadata import decode_metadata, encode_metadata
+
+messages = st.lists(st.binary(max_size=300), max_size=8)
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    chunks, start = [], 0
+    for point in [*points, len(data)]:
+        chunks.append(data[start:point])
+        start = point
+    return chunks
+
+
+@given(messages, st.lists(st.integers(min_value=0), max_size=20))
+def test_decoder_reassembles_messages_under_any_chunk_split(
+    bodies: list[bytes], cuts: list[int]
+) -> None:
+    wire = b"".join(encode_message(body) for body in bodies)
+    decoder = MessageDecoder(max_message_size=1000)
+    for chunk in _split(wire, cuts):
+        decoder.feed(chunk)
+    assert list(decoder.messages) == bodies
+    assert decoder.buffered == 0
+
+
+@given(st.binary(min_size=1, max_size=200), st.lists(st.integers(min_value=0), max_size=10))
+def test_decoder_keeps_partial_message_buffered(body: bytes, cuts: list[int]) -> None:
+    wire = encode_message(body)[:-1]
+    decoder = MessageDecoder(max_message_size=1000)
+    for chunk in _split(wire, cuts):
+        decoder.feed(chunk)
+    assert decoder.pop() is None
+    assert decoder.buffered > 0
+
+
+def test_decoder_refuses_announced_length_over_limit_before_buffering_body() -> None:
+    decoder = MessageDecoder(max_message_size=10)
+    with pytest.raises(MessageTooLargeError, match="11 bytes exceeds max_receive_message_bytes=10"):
+        decoder.feed(struct.pack(">BI", 0, 11))
+
+
+def test_decoder_accepts_message_exactly_at_limit() -> None:
+    decoder = MessageDecoder(max_message_size=10)
+    decoder.feed(encode_message(b"0123456789"))
+    assert decoder.pop() == b"0123456789"
+
+
+def test_decoder_refuses_compressed_flag() -> None:
+    decoder = MessageDecoder(max_message_size=10)
+    with pytest.raises(CompressedMessageError):
+        decoder.feed(struct.pack(">BI", 1, 1) + b"x")
+
+
+def test_empty_message_is_a_message() -> None:
+    decoder = MessageDecoder(max_message_size=10)
+    decoder.feed(encode_message(b""))
+    assert decoder.pop() == b""
+
+
+@given(st.floats(min_value=1e-9, max_value=1e12, allow_nan=False))
+def test_timeout_encoding_round_trips_never_earlier_and_within_precision(seconds: float) -> None:
+    encoded = encode_timeout(seconds)
+    digits = encoded[:-1]
+    assert 1 <= len(digits) <= 8 and digits.isdigit()
+    decoded = decode_timeout(encoded)
+    if seconds <= 99_999_999 * 3600:
+        # Rounded up: the server never gets less time than the client has...
+        assert decoded >= seconds * (1 - 1e-12)
+        # ...and at most one unit step more: the finest unit that fits 8
+        # digits is chosen, so a step is below 1e-5 of the value.
+        assert decoded <= seconds * (1 + 1e-5) + 1e-9
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan")])
+def test_non_positive_timeout_is_already_due(seconds: float) -> None:
+    assert encode_timeout(seconds) == "1n"
+
+
+def test_huge_timeout_is_capped() -> None:
+    assert encode_timeout(1e30) == "99999999H"
+
+
+@pytest.mark.parametrize("bad", ["", "S", "1", "123456789S", "12x", "-1S", "1.5S", "\uff11S"])
+def test_decode_timeout_rejects_malformed(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid grpc-timeout"):
+        decode_timeout(bad)
+
+
+@given(st.text())
+def test_grpc_message_round_trips(text: str) -> None:
+    encoded = encode_grpc_message(text)
+    assert encoded.isascii()
+    assert all(0x20 <= ord(c) < 0x7F for c in encoded)
+    assert decode_grpc_message(encoded) == text.encode("utf-8", "surrogatepass").decode(
+        "utf-8", "replace"
+    )
+
+
+def test_http_status_mapping() -> None:
+    assert status_from_http(503).name == "UNAVAILABLE"
+    assert status_from_http(401).name == "UNAUTHENTICATED"
+    assert status_from_http(404).name == "UNIMPLEMENTED"
+    assert status_from_http(418).name == "UNKNOWN"
+
+
+keys = st.from_regex(r"[a-z0-9_.][a-z0-9_.\-]{0,20}", fullmatch=True).filter(
+    lambda k: (
+        not k.startswith("grpc-")
+        and not k.endswith("-bin")
+        and k not in {"te", "content-type", "user-agent", "host", "connection"}
+    )
+)
+text_values = st.from_regex(r"[ -~]{0,40}", fullmatch=True)
+
+
+@given(st.lists(st.tuples(keys, text_values), max_size=6), st.lists(st.binary(max_size=40)))
+def test_metadata_round_trips_text_and_binary(
+    text_items: list[tuple[str, str]], binary_values: list[bytes]
+) -> None:
+    items: list[tuple[str, str | bytes]] = list(text_items)
+    items += [(f"x{i}-bin", value) for i, value in enumerate(binary_values)]
+    headers = encode_metadata(items)
+    assert all(b"=" not in value for key, value in headers if key.endswith(b"-bin"))
+    decoded = decode_metadata(headers)
+    assert list(decoded.items()) == items
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("Upper", "v", ValueError),
+        ("grpc-timeout", "1S", ValueError),
+        ("te", "trailers", ValueError),
+        ("", "v", ValueError),
+        ("sp ace", "v", ValueError),
+        ("k", "line\r\nbreak", ValueError),
+        ("k", "caf\u00e9", ValueError),
+        ("k", b"bytes", TypeError),
+        ("k-bin", "text", TypeError),
+    ],
+)
+def test_metadata_rejects_bad_keys_and_values(
+    key: str, value: str | bytes, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        encode_metadata([(key, value)])
