@@ -95,6 +95,7 @@ class CallState:
         "reset_code",
         "stream_id",
         "trailers",
+        "unprocessed",
         "waiter",
     )
 
@@ -108,6 +109,9 @@ class CallState:
         # A local verdict on this stream (oversized message, GOAWAY above our
         # id, connection loss); raised to the caller at its next wait.
         self.failure: GRPCError | None = None
+        # True when the server provably never processed the request (it
+        # refused the stream, or a GOAWAY put it above last_stream_id).
+        self.unprocessed = False
         self.waiter: anyio.Event | None = None
 
     def wake(self) -> None:
@@ -162,6 +166,8 @@ class Connection:
         self.draining = False
         self.failure: GRPCError | None = None
         self.ready = anyio.Event()
+        # Set when run() has finished and the socket is closed.
+        self.closed = anyio.Event()
         self._flushing = False
         self._open_streams = 0
         self._slot_waiters: deque[anyio.Event] = deque()
@@ -347,6 +353,7 @@ class Connection:
             self.fail(self.unavailable("connection closed"))
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 await self._stream.aclose()
+            self.closed.set()
             if self.on_closed is not None:
                 self.on_closed(self)
 
@@ -421,6 +428,8 @@ class Connection:
             call = self.calls.get(event.stream_id)
             if call is not None:
                 call.reset_code = event.error_code
+                if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM and call.headers is None:
+                    call.unprocessed = True
                 call.wake()
         elif kind is h2.events.WindowUpdated:
             self._wake_window_waiters()
@@ -466,6 +475,7 @@ class Connection:
         # Streams above last_stream_id were never processed: safe to retry.
         for stream_id, call in list(self.calls.items()):
             if stream_id > last:
+                call.unprocessed = True
                 call.fail(self.unavailable(f"{reason}; the call was not processed"))
         if code != h2.errors.ErrorCodes.NO_ERROR:
             self.fail(self.unavailable(reason))

@@ -28,11 +28,13 @@ stays usable.
 
 from __future__ import annotations
 
+import logging
 import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
@@ -49,6 +51,16 @@ if TYPE_CHECKING:
 __all__ = ["Stream"]
 
 _OPEN_ATTEMPTS = 3
+# Transparent resends of a call the server did not process (see _wait). A
+# server can refuse streams below its advertised limit while it still holds
+# finished calls (grpc's C core does under load), so a few quick resends are
+# normal; after that they back off, and a server that keeps refusing fails
+# the call as UNAVAILABLE.
+_MAX_RESENDS = 20
+_RESEND_BACKOFF = 0.01
+_RESEND_BACKOFF_MAX = 0.5
+
+logger = logging.getLogger("sepp_anyio.transport")
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
@@ -81,6 +93,7 @@ class Stream:
     """A single RPC on a :class:`~._channel.Channel`; use with ``async with``."""
 
     __slots__ = (
+        "_body",
         "_call",
         "_cardinality",
         "_channel",
@@ -92,6 +105,7 @@ class Stream:
         "_metadata",
         "_name",
         "_recv_type",
+        "_resends",
         "_send_type",
         "_trailers_done",
         "_trailers_only",
@@ -123,6 +137,9 @@ class Stream:
         self._initial_done = False
         self._trailers_only = False
         self._trailers_done = False
+        # The encoded unary request, kept for a transparent resend.
+        self._body: bytes | None = None
+        self._resends = 0
 
     # ------------------------------------------------------------ metadata
 
@@ -159,21 +176,51 @@ class Stream:
         if conn.failure is not None:
             raise conn.failure
 
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        """Wait until ``ready()`` holds, the call fails, or the deadline passes."""
-        call, conn = self._call, self._conn
-        assert call is not None and conn is not None
+    async def _wait(self, ready: Callable[[CallState], bool]) -> None:
+        """Wait until ``ready(call)`` holds, the call fails, or the deadline passes.
+
+        A unary request the server provably did not process (refused stream,
+        or above the last stream id of a GOAWAY) is sent again on a fresh
+        stream, transparently, like gRPC's own clients do: nothing can have
+        happened twice.
+        """
         deadline = self._deadline
-        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
-            while not ready():
-                self._check_call(call, conn)
-                waiter = call.waiter = anyio.Event()
-                try:
-                    await waiter.wait()
-                finally:
-                    call.waiter = None
-        if scope.cancelled_caught:
-            raise self._deadline_exceeded()
+        while True:
+            call, conn = self._call, self._conn
+            assert call is not None and conn is not None
+            retry = False
+            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+                while not ready(call):
+                    if call.unprocessed and self._can_resend():
+                        retry = True
+                        break
+                    self._check_call(call, conn)
+                    waiter = call.waiter = anyio.Event()
+                    try:
+                        await waiter.wait()
+                    finally:
+                        call.waiter = None
+                if retry:
+                    await self._resend()
+            if scope.cancelled_caught:
+                raise self._deadline_exceeded()
+            if not retry:
+                return
+
+    def _can_resend(self) -> bool:
+        return self._body is not None and self._resends < _MAX_RESENDS
+
+    async def _resend(self) -> None:
+        conn, call = self._conn, self._call
+        assert conn is not None and call is not None
+        logger.debug("resending unprocessed call %s (stream %d)", self._name, call.stream_id)
+        conn.release_call(call)
+        self._conn = self._call = None
+        self._end_sent = False
+        self._resends += 1
+        if self._resends > 3:
+            await anyio.sleep(min(_RESEND_BACKOFF * 2 ** (self._resends - 4), _RESEND_BACKOFF_MAX))
+        await self._open(end=True, body=self._body)
 
     # ------------------------------------------------------------ sending
 
@@ -190,6 +237,9 @@ class Stream:
         """Open the HTTP/2 stream: headers, then the body if there is one."""
         if self._call is not None:
             raise ProtocolError("Request is already sent")
+        # A call started inside an already-cancelled scope must not reach the
+        # wire (it would go out with an expired grpc-timeout).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         deadline = self._deadline
         if deadline is not None and deadline <= anyio.current_time():
             raise self._deadline_exceeded()
@@ -279,6 +329,8 @@ class Stream:
             raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
         body = encode_message(bytes(message))
         self._message_sent = True
+        if not self._cardinality.client_streaming:
+            self._body = body
         if self._call is None:
             # Headers and the first message leave in a single write.
             await self._open(end=end, body=body)
@@ -311,9 +363,18 @@ class Stream:
         call = self._call
         if call is None:
             raise ProtocolError("Request was not sent yet")
-        if call.headers is None:
-            await self._wait(lambda: call.headers is not None or call.ended)
+        if self._cardinality.server_streaming:
+            if call.headers is None:
+                await self._wait(lambda c: c.headers is not None or c.ended)
+        elif not call.ended:
+            # A unary response is only complete with its trailers, so wait for
+            # the end of the stream once instead of three times (headers,
+            # message, trailers): one wake-up per call. The reader keeps
+            # acknowledging DATA meanwhile, so this cannot stall flow control.
+            await self._wait(lambda c: c.ended)
         self._initial_done = True
+        call = self._call  # a transparent resend may have replaced it
+        assert call is not None
         headers = call.headers
         if headers is None:
             raise GRPCError(Status.UNKNOWN, "the server ended the stream without response headers")
@@ -352,7 +413,7 @@ class Stream:
         assert call is not None
         data = call.decoder.pop()
         if data is None:
-            await self._wait(lambda: bool(call.decoder.messages) or call.ended)
+            await self._wait(lambda c: bool(c.decoder.messages) or c.ended)
             data = call.decoder.pop()
             if data is None:
                 if call.decoder.buffered:
@@ -379,7 +440,7 @@ class Stream:
         call = self._call
         assert call is not None
         if call.trailers is None:
-            await self._wait(lambda: call.trailers is not None or call.ended)
+            await self._wait(lambda c: c.trailers is not None or c.ended)
         self._trailers_done = True
         if call.trailers is None:
             raise GRPCError(Status.INTERNAL, "the server ended the stream without trailers")
