@@ -1,11 +1,131 @@
 """sepp-anyio: structured-concurrency client and worker for the sepp job queue.
 
-Runs on trio and asyncio (via anyio). Public names are re-exported here; the
-underscored modules are private.
+Runs on trio and asyncio (via anyio). Every public name is re-exported here;
+the underscored modules are private.
 """
 
 from __future__ import annotations
 
+from ._codecs import PayloadCodec as PayloadCodec
+from ._codecs import decode_payload as decode_payload
+from ._codecs import encode_payload as encode_payload
+from ._codecs import register_codec as register_codec
+from ._errors import AttemptMismatchError as AttemptMismatchError
+from ._errors import BatchResultCountMismatchError as BatchResultCountMismatchError
+from ._errors import BatchValidationError as BatchValidationError
+from ._errors import ClientError as ClientError
+from ._errors import ConnectError as ConnectError
+from ._errors import DuplicateHandlerError as DuplicateHandlerError
+from ._errors import EmptyBatchError as EmptyBatchError
+from ._errors import HandlerError as HandlerError
+from ._errors import InvalidApiKeyError as InvalidApiKeyError
+from ._errors import InvalidRequestError as InvalidRequestError
+from ._errors import JobConversionError as JobConversionError
+from ._errors import JobNotFoundError as JobNotFoundError
+from ._errors import JobRejectedError as JobRejectedError
+from ._errors import LeaseError as LeaseError
+from ._errors import MalformedResponseError as MalformedResponseError
+from ._errors import MalformedServerInfoError as MalformedServerInfoError
+from ._errors import OverloadedError as OverloadedError
+from ._errors import ReserveError as ReserveError
+from ._errors import SeppError as SeppError
+from ._errors import ServerInternalError as ServerInternalError
+from ._errors import StatusCode as StatusCode
+from ._errors import TransportError as TransportError
+from ._errors import UnauthenticatedError as UnauthenticatedError
+from ._errors import UnexpectedStatusError as UnexpectedStatusError
+from ._errors import UnknownQueuesError as UnknownQueuesError
+from ._rejections import CustomEntriesTooMany as CustomEntriesTooMany
+from ._rejections import CustomKeyTooLong as CustomKeyTooLong
+from ._rejections import CustomMapTooLarge as CustomMapTooLarge
+from ._rejections import EncodingNotAllowed as EncodingNotAllowed
+from ._rejections import IdempotencyKeyTooLong as IdempotencyKeyTooLong
+from ._rejections import InvalidRequest as InvalidRequest
+from ._rejections import JobRejection as JobRejection
+from ._rejections import JobTypeNameTooLong as JobTypeNameTooLong
+from ._rejections import JobTypeNotAllowed as JobTypeNotAllowed
+from ._rejections import JobValidationError as JobValidationError
+from ._rejections import PayloadTooLarge as PayloadTooLarge
+from ._rejections import QueueClosing as QueueClosing
+from ._rejections import QueueFull as QueueFull
+from ._rejections import QueueNameTooLong as QueueNameTooLong
+from ._rejections import ScheduledTooFar as ScheduledTooFar
+from ._rejections import UnknownQueue as UnknownQueue
+from ._rejections import UnknownRejection as UnknownRejection
+from ._types import CustomValue as CustomValue
+from ._types import DeadLetterCause as DeadLetterCause
+from ._types import DeadLetterRecord as DeadLetterRecord
+from ._types import EnqueueAck as EnqueueAck
+from ._types import EnqueueRequest as EnqueueRequest
+from ._types import Job as Job
+from ._types import JobCtx as JobCtx
+from ._types import Payload as Payload
+from ._types import RetryDirective as RetryDirective
+from ._types import RetryPolicy as RetryPolicy
+from ._types import ServerInfo as ServerInfo
+from ._types import TraceContext as TraceContext
+from ._types import TraceContextError as TraceContextError
 from ._version import __version__ as __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "AttemptMismatchError",
+    "BatchResultCountMismatchError",
+    "BatchValidationError",
+    "ClientError",
+    "ConnectError",
+    "CustomEntriesTooMany",
+    "CustomKeyTooLong",
+    "CustomMapTooLarge",
+    "CustomValue",
+    "DeadLetterCause",
+    "DeadLetterRecord",
+    "DuplicateHandlerError",
+    "EmptyBatchError",
+    "EncodingNotAllowed",
+    "EnqueueAck",
+    "EnqueueRequest",
+    "HandlerError",
+    "IdempotencyKeyTooLong",
+    "InvalidApiKeyError",
+    "InvalidRequest",
+    "InvalidRequestError",
+    "Job",
+    "JobConversionError",
+    "JobCtx",
+    "JobNotFoundError",
+    "JobRejectedError",
+    "JobRejection",
+    "JobTypeNameTooLong",
+    "JobTypeNotAllowed",
+    "JobValidationError",
+    "LeaseError",
+    "MalformedResponseError",
+    "MalformedServerInfoError",
+    "OverloadedError",
+    "Payload",
+    "PayloadCodec",
+    "PayloadTooLarge",
+    "QueueClosing",
+    "QueueFull",
+    "QueueNameTooLong",
+    "ReserveError",
+    "RetryDirective",
+    "RetryPolicy",
+    "ScheduledTooFar",
+    "SeppError",
+    "ServerInfo",
+    "ServerInternalError",
+    "StatusCode",
+    "TraceContext",
+    "TraceContextError",
+    "TransportError",
+    "UnauthenticatedError",
+    "UnexpectedStatusError",
+    "UnknownQueue",
+    "UnknownQueuesError",
+    "UnknownRejection",
+    "__version__",
+    "decode_payload",
+    "encode_payload",
+    "register_codec",
+]
