@@ -386,7 +386,6 @@ BAD_REQUESTS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"custom": {"k": 2**63}}, ValueError, r"custom\['k'\] must be between -9223372036854775808"),
     ({"custom": {"k": -(2**63) - 1}}, ValueError, r"custom\['k'\] must be between"),
     ({"custom": {"k": "\ud800"}}, ValueError, r"custom\['k'\] is not encodable as UTF-8"),
-    ({"scheduled_at": datetime(2030, 1, 1)}, ValueError, "scheduled_at must be timezone-aware"),
     ({"scheduled_at": "2030-01-01"}, TypeError, "scheduled_at must be a datetime"),
     ({"delay": -0.5}, ValueError, "delay must be >= 0 seconds, got -0.5"),
     ({"delay": math.inf}, ValueError, "delay must be a finite number of seconds"),
@@ -739,3 +738,8 @@ def test_payload_repr_is_bounded() -> None:
     big = repr(Payload(b"a" * 10_000, "x"))
     assert len(big) < 150
     assert "(10000 bytes)" in big
+
+
+def test_naive_scheduled_at_is_read_as_utc() -> None:
+    request = EnqueueRequest("q", "t", scheduled_at=datetime(2030, 1, 1, 12, 0))
+    assert request.scheduled_at == datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

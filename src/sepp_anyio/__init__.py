@@ -6,6 +6,8 @@ the underscored modules are private.
 
 from __future__ import annotations
 
+from ._client import Client as Client
+from ._client import connect as connect
 from ._codecs import PayloadCodec as PayloadCodec
 from ._codecs import decode_payload as decode_payload
 from ._codecs import encode_payload as encode_payload
@@ -71,6 +73,7 @@ __all__ = [
     "AttemptMismatchError",
     "BatchResultCountMismatchError",
     "BatchValidationError",
+    "Client",
     "ClientError",
     "ConnectError",
     "CustomEntriesTooMany",
@@ -125,6 +128,7 @@ __all__ = [
     "UnknownQueuesError",
     "UnknownRejection",
     "__version__",
+    "connect",
     "decode_payload",
     "encode_payload",
     "register_codec",

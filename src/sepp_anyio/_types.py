@@ -359,7 +359,8 @@ class EnqueueRequest:
     * ``trace_context``: a :class:`TraceContext` or ``None``;
     * ``custom``: str keys (non-empty) to ``str``, ``int`` (64-bit signed range), ``float``
       or ``bool`` values; copied, so later changes to your mapping do not leak in;
-    * ``scheduled_at``: ``None`` or a timezone-aware datetime (a past time runs at once);
+    * ``scheduled_at``: ``None`` or a datetime (naive means UTC; a past time runs at once;
+      a time before 1970 is not sent);
     * ``delay``: ``None`` or finite seconds >= 0, counted from when the request is sent;
       mutually exclusive with ``scheduled_at``.
 
@@ -411,9 +412,12 @@ class EnqueueRequest:
         if self.scheduled_at is not None:
             if self.delay is not None:
                 raise ValueError("pass either scheduled_at or delay, not both")
-            object.__setattr__(
-                self, "scheduled_at", _check_aware(self.scheduled_at, "scheduled_at")
-            )
+            scheduled_at = self.scheduled_at
+            if isinstance(scheduled_at, datetime) and scheduled_at.tzinfo is None:
+                # The protocol's clock is UTC; a naive instant is read as UTC, as
+                # the other sepp clients do.
+                scheduled_at = scheduled_at.replace(tzinfo=UTC)
+            object.__setattr__(self, "scheduled_at", _check_aware(scheduled_at, "scheduled_at"))
         if self.delay is not None:
             object.__setattr__(self, "delay", _check_seconds(self.delay, "delay"))
 

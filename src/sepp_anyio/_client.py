@@ -1,0 +1,613 @@
+"""The sepp client: every ``sepp.v1.QueueService`` RPC, with retries and typed errors.
+
+::
+
+    async with sepp_anyio.connect("127.0.0.1:50051", api_key="...") as client:
+        ack = await client.enqueue(EnqueueRequest("emails", "send", payload=...))
+        jobs = await client.reserve(["emails"], lease=30.0, wait=5.0)
+
+The client runs on whatever anyio backend its caller runs on. It owns one
+:class:`~sepp_anyio._grpc.Channel` (an HTTP/2 connection multiplexing every
+call) whose background tasks live inside ``async with``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+from collections.abc import Collection, Sequence
+from contextlib import AsyncExitStack
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from . import _convert
+from ._errors import (
+    KEYLESS_ENQUEUE_RETRYABLE_CODES,
+    RETRYABLE_CODES,
+    ConnectError,
+    InvalidApiKeyError,
+    JobRejectedError,
+)
+from ._grpc import Channel
+from ._grpc._target import parse_target
+from ._otel import trace_metadata
+from ._proto.sepp import v1 as pb
+from ._rejections import JobRejection
+from ._retry import call_with_retry
+from ._types import (
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobCtx,
+    RetryDirective,
+    RetryPolicy,
+    ServerInfo,
+)
+
+__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "RESERVE_DEADLINE_SLACK", "Client", "connect"]
+
+logger = logging.getLogger("sepp_anyio")
+
+#: Added to a reserve's wait to form its deadline, so the client never gives up
+#: before the server's long poll has answered.
+RESERVE_DEADLINE_SLACK = 10.0
+#: gRPC's usual 4 MiB is too small here: a reserve of many jobs can carry up to
+#: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on
+#: the client leaves its jobs leased (stuck) until their leases expire.
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+
+_RETRY_ALL = frozenset(int(code) for code in RETRYABLE_CODES)
+_RETRY_KEYLESS = frozenset(int(code) for code in KEYLESS_ENQUEUE_RETRYABLE_CODES)
+
+
+class _ChannelLike(Protocol):
+    """What the client needs from a channel (ours, or the in-memory one)."""
+
+    def request(
+        self,
+        name: str,
+        cardinality: Any,
+        request_type: Any,
+        reply_type: Any,
+        *,
+        timeout: float | None = ...,
+        deadline: Any = ...,
+        metadata: Any = ...,
+    ) -> Any: ...
+
+
+def _check_api_key(api_key: str) -> str:
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
+    if not api_key:
+        raise InvalidApiKeyError("it is empty")
+    if "\r" in api_key or "\n" in api_key:
+        raise InvalidApiKeyError("it contains a line break")
+    if not api_key.isascii():
+        raise InvalidApiKeyError("it contains non-ASCII characters")
+    if any(not 0x21 <= ord(ch) <= 0x7E for ch in api_key):
+        raise InvalidApiKeyError("it contains spaces or control characters")
+    return api_key
+
+
+def _check_positive(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+class _Lease:
+    """The lease behind a reserved job's :class:`JobCtx` (see ``JobCtx.extend``)."""
+
+    __slots__ = ("_client", "_ctx", "known_expiry")
+
+    def __init__(self, client: Client, ctx: JobCtx) -> None:
+        self._client = client
+        self._ctx = ctx
+        # Starts at the *granted* expiry of the reserve, which the server may
+        # have clamped below the lease that was asked for.
+        self.known_expiry: datetime = ctx.lease_expires_at
+
+    async def extend(self, seconds: float) -> datetime:
+        return await self._client.extend(self._ctx, seconds)
+
+
+class Client:
+    """A connection to a sepp server. Create it with :func:`connect`.
+
+    Use it inside ``async with``; it is safe to share between any number of
+    tasks (calls are multiplexed over one HTTP/2 connection). Leaving the
+    block closes the connection; calls still running are cancelled with it.
+
+    Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses for
+    failures (see ``sepp_anyio._errors`` for the tree) and ``ValueError`` /
+    ``TypeError`` for bad arguments, before any I/O. Cancellation is never
+    caught or converted: a cancelled call is abandoned (its HTTP/2 stream
+    reset) and, for writes, may or may not have taken effect on the server.
+    """
+
+    def __init__(
+        self,
+        channel: _ChannelLike,
+        *,
+        label: str,
+        rpc_timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        exit_stack: AsyncExitStack | None = None,
+    ) -> None:
+        # Internal: use connect() (or sepp_anyio.testing for in-process servers).
+        self._channel = channel
+        self._stub = pb.QueueServiceStub(channel)
+        self._label = label
+        self._rpc_timeout = _check_positive(rpc_timeout, "rpc_timeout")
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._exit_stack = exit_stack
+
+    def __repr__(self) -> str:
+        return f"<sepp_anyio.Client {self._label}>"
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._exit_stack is not None:
+            stack, self._exit_stack = self._exit_stack, None
+            await stack.__aexit__(exc_type, exc, tb)
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _unary(
+        self,
+        rpc: str,
+        method: Any,
+        request: Any,
+        *,
+        timeout: float,  # noqa: ASYNC109 (a gRPC deadline sent to the server, not a local wait)
+        retry: bool,
+        retry_codes: Collection[int] = _RETRY_ALL,
+    ) -> Any:
+        metadata = trace_metadata() or None
+
+        async def attempt() -> Any:
+            return await method(request, timeout=timeout, metadata=metadata)
+
+        return await call_with_retry(
+            rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
+        )
+
+    def _enqueue_retry_codes(self, requests: Sequence[EnqueueRequest]) -> frozenset[int]:
+        # DEADLINE_EXCEEDED and ABORTED leave it unknown whether the batch was
+        # committed: resending jobs without an idempotency key could enqueue
+        # them twice, so those are retried only when every job has a key.
+        if all(request.has_idempotency_key for request in requests):
+            return _RETRY_ALL
+        return _RETRY_KEYLESS
+
+    # ------------------------------------------------------------ producing
+
+    async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
+        """Enqueue one job (a one-job batch on the wire).
+
+        Raises:
+            JobRejectedError: the server refused the job; ``.rejection`` says why.
+            ClientError: the call failed (after the retry policy's tries).
+        """
+        (result,) = await self.enqueue_batch([request])
+        if isinstance(result, JobRejection):
+            raise JobRejectedError(result)
+        return result
+
+    async def enqueue_batch(
+        self, requests: Sequence[EnqueueRequest]
+    ) -> list[EnqueueAck | JobRejection]:
+        """Enqueue jobs best effort: each one is accepted or rejected on its own.
+
+        Returns one :class:`EnqueueAck` or :class:`JobRejection` per request,
+        in request order.
+
+        Raises:
+            EmptyBatchError: ``requests`` is empty (no RPC is made).
+            MalformedResponseError: the reply has the wrong number of results
+                (``BatchResultCountMismatchError``) or a result without outcome.
+            ClientError: the call failed as a whole.
+        """
+        requests = list(requests)
+        message = _convert.enqueue_batch_request_to_pb(requests)
+        reply = await self._unary(
+            "enqueue_batch",
+            self._stub.enqueue_batch,
+            message,
+            timeout=self._rpc_timeout,
+            retry=True,
+            retry_codes=self._enqueue_retry_codes(requests),
+        )
+        results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
+        for index, result in enumerate(results):
+            if isinstance(result, JobRejection):
+                logger.debug("job %d of the batch was rejected: %s", index, result)
+        return results
+
+    async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueue all the jobs or none of them.
+
+        Raises:
+            BatchValidationError: at least one job was refused, so nothing was
+                enqueued; ``.errors`` lists every refused index and why.
+            EmptyBatchError: ``requests`` is empty (no RPC is made).
+            MalformedResponseError: the reply breaks the protocol.
+            ClientError: the call failed as a whole.
+        """
+        requests = list(requests)
+        message = _convert.enqueue_batch_request_to_pb(requests)
+        reply = await self._unary(
+            "enqueue_atomic",
+            self._stub.enqueue_atomic,
+            message,
+            timeout=self._rpc_timeout,
+            retry=True,
+            retry_codes=self._enqueue_retry_codes(requests),
+        )
+        return _convert.enqueue_atomic_from_pb(reply, expected=len(requests))
+
+    # ------------------------------------------------------------ consuming
+
+    async def reserve(
+        self,
+        queues: Sequence[str],
+        *,
+        lease: float,
+        wait: float = 30.0,
+        max_jobs: int | None = None,
+        worker_id: str | None = None,
+    ) -> list[Job]:
+        """Lease up to ``max_jobs`` jobs, waiting up to ``wait`` seconds for one.
+
+        Queues are tried in the order given. Returns as soon as at least one
+        job is leased, and ``[]`` when the wait ends with none (or the server
+        is shutting down). The server may clamp ``lease`` and ``wait``; each
+        job's ``ctx.lease_expires_at`` is the lease actually granted. The
+        call's deadline is ``wait`` + 10 s; it is never retried (a retry could
+        lease more jobs than the caller will handle). A job that cannot be
+        decoded is logged and skipped; the others are still returned.
+
+        Cancelling a reserve may still leave a job leased on the server if it
+        had already answered; that job is redelivered when its lease expires.
+
+        Raises:
+            ValueError: empty ``queues`` or queue name, ``lease`` <= 0,
+                ``wait`` < 0, ``max_jobs`` < 1, or an empty ``worker_id``.
+            UnknownQueuesError: strict mode and an undeclared queue.
+            ClientError: the call failed.
+        """
+        if isinstance(queues, str):
+            raise TypeError("queues must be a sequence of queue names, not a single str")
+        names = list(queues)
+        if not names:
+            raise ValueError("queues must name at least one queue")
+        for index, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
+        lease = _check_positive(lease, "lease")
+        if isinstance(wait, bool) or not isinstance(wait, int | float):
+            raise TypeError(f"wait must be a number of seconds, got {type(wait).__name__}")
+        if not (wait >= 0 and math.isfinite(wait)):
+            raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
+        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)):
+            raise TypeError(f"max_jobs must be an int or None, got {type(max_jobs).__name__}")
+        if max_jobs is not None and max_jobs < 1:
+            raise ValueError(
+                f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
+            )
+        if worker_id is not None and not worker_id:
+            raise ValueError("worker_id must not be empty (use None for no worker id)")
+        message = _convert.reserve_request_to_pb(
+            names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
+        )
+        reply = await self._unary(
+            "reserve",
+            self._stub.reserve,
+            message,
+            timeout=wait + RESERVE_DEADLINE_SLACK,
+            retry=False,
+        )
+        jobs, errors = _convert.jobs_from_pb(
+            reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
+        )
+        for error in errors:
+            logger.warning("skipped a reserved job that could not be decoded: %s", error)
+        return jobs
+
+    async def ack(self, ctx: JobCtx) -> None:
+        """Settle a job as done (it is deleted).
+
+        Raises:
+            JobNotFoundError: the job is no longer in flight (lease expired,
+                already settled, or an earlier retried try succeeded).
+            AttemptMismatchError: the job was redelivered to someone else.
+            ClientError: the call failed.
+        """
+        await self._unary(
+            "ack",
+            self._stub.ack,
+            _convert.ack_request_to_pb(ctx),
+            timeout=self._rpc_timeout,
+            retry=True,
+        )
+
+    async def nack(
+        self, ctx: JobCtx, retry: RetryDirective | None = None, reason: str = ""
+    ) -> bool:
+        """Give a job back: to be retried (now, after a delay) or dead-lettered.
+
+        ``retry`` defaults to :meth:`RetryDirective.default` (the queue's retry
+        policy). An empty ``reason`` is left off the wire. Returns whether the
+        job was dead-lettered (always for ``RetryDirective.dead_letter()``, and
+        when this was its last attempt).
+
+        Raises:
+            JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
+            ClientError: the call failed.
+        """
+        directive = retry if retry is not None else RetryDirective.default()
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        reply = await self._unary(
+            "nack",
+            self._stub.nack,
+            _convert.nack_request_to_pb(ctx, directive, reason=reason or None),
+            timeout=self._rpc_timeout,
+            retry=True,
+        )
+        return _convert.nack_dead_lettered_from_pb(reply)
+
+    async def extend(self, ctx: JobCtx, seconds: float) -> datetime:
+        """Extend a job's lease to ``seconds`` from now; return the granted expiry.
+
+        Unlike :meth:`JobCtx.extend`, this does **not** update the context's
+        known expiry nor ``ctx.lease_expires_at``, so a worker's heartbeat
+        does not see it; prefer ``ctx.extend(seconds)``.
+
+        Raises:
+            ValueError: ``seconds`` is not > 0.
+            JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
+            MalformedResponseError: the reply has no expiry.
+            ClientError: the call failed.
+        """
+        seconds = _check_positive(seconds, "seconds")
+        reply = await self._unary(
+            "extend",
+            self._stub.extend,
+            _convert.extend_request_to_pb(ctx, seconds),
+            timeout=self._rpc_timeout,
+            retry=True,
+        )
+        return _convert.extend_expiry_from_pb(reply)
+
+    # ------------------------------------------------------------ admin
+
+    async def drain_dead_letters(
+        self, queue: str | None = None, max: int = 1
+    ) -> list[DeadLetterRecord]:
+        """Remove and return up to ``max`` dead letters, oldest first.
+
+        **Destructive**: the records are deleted on the server, and the call
+        is never retried (a lost reply would lose them twice over). ``max=0``
+        returns ``[]`` without an RPC. Replay a record with
+        ``client.enqueue(record.to_enqueue_request())``. Undecodable records
+        are logged and skipped.
+
+        Raises:
+            ValueError: ``max`` < 0 or an empty ``queue``.
+            ClientError: the call failed.
+        """
+        if isinstance(max, bool) or not isinstance(max, int):
+            raise TypeError(f"max must be an int, got {type(max).__name__}")
+        if max < 0:
+            raise ValueError(f"max must be >= 0, got {max}")
+        if queue is not None and not queue:
+            raise ValueError("queue must not be empty (use None for every queue)")
+        if max == 0:
+            return []
+        reply = await self._unary(
+            "drain_dead_letters",
+            self._stub.drain_dead_letters,
+            _convert.drain_request_to_pb(queue, max),
+            timeout=self._rpc_timeout,
+            retry=False,
+        )
+        records, errors = _convert.dead_letters_from_pb(reply)
+        for error in errors:
+            logger.warning("skipped a dead letter that could not be decoded: %s", error)
+        return records
+
+    async def server_info(self) -> ServerInfo:
+        """The server's version and limits.
+
+        Raises:
+            MalformedServerInfoError: the reply lacks a version or server time.
+            ClientError: the call failed.
+        """
+        reply = await self._unary(
+            "server_info",
+            self._stub.get_server_info,
+            pb.GetServerInfoRequest(),
+            timeout=self._rpc_timeout,
+            retry=True,
+        )
+        return _convert.server_info_from_pb(reply)
+
+
+def _tls_context(
+    tls: bool | ssl.SSLContext | None,
+    *,
+    scheme_tls: bool,
+    ca_cert: bytes | str | None,
+    server_name: str | None,
+) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    wanted = scheme_tls or bool(tls) or ca_cert is not None or server_name is not None
+    if tls is False:
+        if scheme_tls:
+            raise ValueError("tls=False contradicts an https:// target")
+        if ca_cert is not None or server_name is not None:
+            raise ValueError("tls_ca_cert and tls_server_name need TLS, but tls=False")
+        return None
+    if not wanted:
+        return None
+    cadata = ca_cert.decode("ascii") if isinstance(ca_cert, bytes) else ca_cert
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=cadata)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def connect(
+    target: str,
+    *,
+    api_key: str | None = None,
+    tls: bool | ssl.SSLContext | None = None,
+    tls_ca_cert: bytes | str | None = None,
+    tls_server_name: str | None = None,
+    rpc_timeout: float = 30.0,
+    connect_timeout: float = 5.0,
+    retry: RetryPolicy | None = None,
+    max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+    keepalive_interval: float | None = 30.0,
+    keepalive_timeout: float = 10.0,
+) -> _Connector:
+    """Connect to a sepp server; use as ``async with connect(...) as client``.
+
+    Args:
+        target: ``host:port``, ``http://host:port`` or ``https://host:port``
+            (TLS on); the port defaults to 50051.
+        api_key: sent as ``authorization: Bearer <key>`` on every call.
+        tls: ``True`` for TLS with the system's roots, an ``ssl.SSLContext``
+            for full control, ``False`` to refuse TLS; ``None`` follows the
+            target's scheme (and ``tls_ca_cert`` / ``tls_server_name``).
+        tls_ca_cert: PEM of a CA to trust instead of the system roots.
+        tls_server_name: the name to verify the server's certificate against.
+        rpc_timeout: deadline of every call except reserve (whose deadline is
+            its wait + 10 s).
+        connect_timeout: bound on the first connection, made eagerly.
+        retry: retries of transient failures (default: none).
+        max_receive_message_bytes: larger replies fail with OverloadedError.
+        keepalive_interval, keepalive_timeout: HTTP/2 PINGs that detect a
+            dead connection while a long poll is idle.
+
+    Entering the returned object validates everything, connects, and yields
+    a :class:`Client`; leaving it closes the connection.
+
+    Raises:
+        InvalidApiKeyError: the key cannot be a header value (before any I/O).
+        ValueError: a malformed target or option.
+        ConnectError: the server could not be reached within connect_timeout.
+    """
+    return _Connector(
+        target,
+        api_key=api_key,
+        tls=tls,
+        tls_ca_cert=tls_ca_cert,
+        tls_server_name=tls_server_name,
+        rpc_timeout=rpc_timeout,
+        connect_timeout=connect_timeout,
+        retry=retry,
+        max_receive_message_bytes=max_receive_message_bytes,
+        keepalive_interval=keepalive_interval,
+        keepalive_timeout=keepalive_timeout,
+    )
+
+
+class _Connector:
+    """The object :func:`connect` returns: validated at once, connected on entry."""
+
+    def __init__(self, target: str, **options: Any) -> None:
+        parsed = parse_target(target)
+        api_key = options["api_key"]
+        metadata: list[tuple[str, str]] = []
+        if api_key is not None:
+            metadata.append(("authorization", f"Bearer {_check_api_key(api_key)}"))
+        ssl_context = _tls_context(
+            options["tls"],
+            scheme_tls=parsed.tls,
+            ca_cert=options["tls_ca_cert"],
+            server_name=options["tls_server_name"],
+        )
+        _check_positive(options["rpc_timeout"], "rpc_timeout")
+        self._connect_timeout = _check_positive(options["connect_timeout"], "connect_timeout")
+        self._target = target
+        self._address = parsed.address
+        self._has_key = api_key is not None
+        self._tls = ssl_context is not None
+        self._options = options
+        self._channel = Channel(
+            parsed.host,
+            parsed.port,
+            ssl_context=ssl_context,
+            server_hostname=options["tls_server_name"],
+            metadata=metadata,
+            max_receive_message_bytes=options["max_receive_message_bytes"],
+            keepalive_interval=options["keepalive_interval"],
+            keepalive_timeout=options["keepalive_timeout"],
+            connect_timeout=self._connect_timeout,
+        )
+        self._client: Client | None = None
+
+    async def __aenter__(self) -> Client:
+        if self._has_key and not self._tls:
+            logger.warning(
+                "API key configured without TLS; it is sent in plaintext to %s", self._address
+            )
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            await stack.enter_async_context(self._channel)
+            try:
+                await self._channel.connect()
+            except GRPCError as exc:
+                reason = exc.message or exc.status.name
+                if exc.status is Status.DEADLINE_EXCEEDED:
+                    reason = "timed out"
+                logger.error(
+                    "could not connect to the sepp server at %s: %s", self._address, reason
+                )
+                raise ConnectError(self._target, reason) from None
+        except BaseException:
+            await stack.aclose()
+            raise
+        logger.info(
+            "connected to sepp server at %s (tls=%s, auth=%s)",
+            self._address,
+            self._tls,
+            self._has_key,
+        )
+        self._client = Client(
+            self._channel,
+            label=self._address,
+            rpc_timeout=self._options["rpc_timeout"],
+            retry=self._options["retry"],
+            exit_stack=stack,
+        )
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.__aexit__(exc_type, exc, tb)
