@@ -24,6 +24,7 @@ Invariants that keep a shared connection healthy:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections import deque
@@ -54,6 +55,7 @@ logger = logging.getLogger("sepp_anyio.transport")
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 16 << 20
 _READ_SIZE = 1 << 18
+_NO_SCOPE = contextlib.nullcontext()
 
 _RST_TO_STATUS = {
     h2.errors.ErrorCodes.NO_ERROR: Status.INTERNAL,
@@ -222,7 +224,7 @@ class Connection:
 
     # ------------------------------------------------------------ writing
 
-    async def flush(self) -> None:
+    async def flush(self, *, shield: bool = True) -> None:
         """Send everything h2 has queued.
 
         Runs shielded, so cancellation can't cut a frame in half. Only one task
@@ -239,7 +241,7 @@ class Connection:
             return
         self._flushing = True
         try:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True) if shield else _NO_SCOPE:
                 while data:
                     await self._stream.send(data)
                     data = self.h2.data_to_send()
@@ -365,7 +367,9 @@ class Connection:
                 for event in events:
                     self._dispatch(event)
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
-                await self.flush()
+                # Unshielded: the reader is only cancelled when the whole
+                # connection is being torn down, and then a cut write is moot.
+                await self.flush(shield=False)
         except anyio.EndOfStream:
             self.fail(self.unavailable("connection closed by the server"))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:

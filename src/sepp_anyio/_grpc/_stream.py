@@ -28,6 +28,7 @@ stays usable.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from types import TracebackType
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["Stream"]
 
 _OPEN_ATTEMPTS = 3
+_NO_SCOPE = contextlib.nullcontext()
 # Transparent resends of a call the server did not process (see _wait). A
 # server can refuse streams below its advertised limit while it still holds
 # finished calls (grpc's C core does under load), so a few quick resends are
@@ -106,6 +108,7 @@ class Stream:
         "_name",
         "_recv_type",
         "_resends",
+        "_scope",
         "_send_type",
         "_trailers_done",
         "_trailers_only",
@@ -140,6 +143,8 @@ class Stream:
         # The encoded unary request, kept for a transparent resend.
         self._body: bytes | None = None
         self._resends = 0
+        # The call-wide deadline scope while inside `async with`.
+        self._scope: anyio.CancelScope | None = None
 
     # ------------------------------------------------------------ metadata
 
@@ -161,6 +166,17 @@ class Stream:
         return None if headers is None else decode_metadata(headers)
 
     # ------------------------------------------------------------ deadline
+
+    def _local_scope(self) -> anyio.CancelScope | None:
+        """A scope enforcing this call's deadline around one step, or None.
+
+        Inside ``async with stream`` (how the stubs use it) one scope spans
+        the whole call instead; per-step scopes are the fallback for a stream
+        driven without the context manager.
+        """
+        if self._deadline is None or self._scope is not None:
+            return None
+        return anyio.CancelScope(deadline=self._deadline)
 
     def _deadline_exceeded(self) -> GRPCError:
         return GRPCError(Status.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
@@ -184,12 +200,12 @@ class Stream:
         stream, transparently, like gRPC's own clients do: nothing can have
         happened twice.
         """
-        deadline = self._deadline
         while True:
             call, conn = self._call, self._conn
             assert call is not None and conn is not None
             retry = False
-            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            scope = self._local_scope()
+            with scope if scope is not None else _NO_SCOPE:
                 while not ready(call):
                     if call.unprocessed and self._can_resend():
                         retry = True
@@ -202,7 +218,7 @@ class Stream:
                         call.waiter = None
                 if retry:
                     await self._resend()
-            if scope.cancelled_caught:
+            if scope is not None and scope.cancelled_caught:
                 raise self._deadline_exceeded()
             if not retry:
                 return
@@ -243,7 +259,8 @@ class Stream:
         deadline = self._deadline
         if deadline is not None and deadline <= anyio.current_time():
             raise self._deadline_exceeded()
-        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+        scope = self._local_scope()
+        with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
             timeout = self._timeout_header()
             headers = self._channel._request_headers(self._name, timeout, self._metadata)
@@ -251,17 +268,25 @@ class Stream:
             stream_id = h2conn.get_next_available_stream_id()
             h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
             self._conn = conn
-            self._call = conn.open_call(stream_id)
-            if end and body is None:
-                self._end_sent = True
+            call = self._call = conn.open_call(stream_id)
+            if body is None:
+                self._end_sent = end
+            elif len(body) <= min(
+                h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
+            ):
+                # The usual unary request: headers and body leave in one write.
+                h2conn.send_data(stream_id, body, end_stream=end)
+                self._end_sent = end
+                body = None
             if body is None:
                 await conn.flush()
-        if scope.cancelled_caught:
+            else:
+                await self._send_body(call, conn, body, end=end)
+        if scope is not None and scope.cancelled_caught:
             if self._call is not None:
-                await self._abort()
+                with anyio.CancelScope(shield=True):
+                    await self._abort()
             raise self._deadline_exceeded()
-        if body is not None:
-            await self._send_data(body, end=end)
 
     async def _acquire(self) -> Connection:
         """A connection with a free stream slot, retrying if one goes away.
@@ -280,38 +305,44 @@ class Stream:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _send_data(self, data: bytes, *, end: bool) -> None:
-        """Send ``data`` in window-sized DATA frames, waiting for window updates."""
+        """Send ``data`` on the open stream, bounded by the call's deadline."""
         conn, call = self._conn, self._call
         assert conn is not None and call is not None
+        scope = self._local_scope()
+        with scope if scope is not None else _NO_SCOPE:
+            await self._send_body(call, conn, data, end=end)
+        if scope is not None and scope.cancelled_caught:
+            raise self._deadline_exceeded()
+
+    async def _send_body(
+        self, call: CallState, conn: Connection, data: bytes, *, end: bool
+    ) -> None:
+        """Send ``data`` in window-sized DATA frames, waiting for window updates."""
         h2conn = conn.h2
         stream_id = call.stream_id
         view = memoryview(data)
-        deadline = self._deadline
-        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
-            while True:
-                self._check_call(call, conn)
-                window = min(
-                    h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
-                )
-                if window <= 0:
-                    await conn.flush()
-                    # Re-check after the flush: the window may have opened.
-                    if (
-                        h2conn.local_flow_control_window(stream_id) <= 0
-                        and conn.failure is None
-                        and call.failure is None
-                    ):
-                        await conn.wait_for_window()
-                    continue
-                chunk, view = view[:window], view[window:]
-                h2conn.send_data(stream_id, chunk.tobytes(), end_stream=end and not view)
-                if not view:
-                    break
-            if end:
-                self._end_sent = True
-            await conn.flush()
-        if scope.cancelled_caught:
-            raise self._deadline_exceeded()
+        while True:
+            self._check_call(call, conn)
+            window = min(
+                h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
+            )
+            if window <= 0:
+                await conn.flush()
+                # Re-check after the flush: the window may have opened.
+                if (
+                    h2conn.local_flow_control_window(stream_id) <= 0
+                    and conn.failure is None
+                    and call.failure is None
+                ):
+                    await conn.wait_for_window()
+                continue
+            chunk, view = view[:window], view[window:]
+            h2conn.send_data(stream_id, chunk.tobytes(), end_stream=end and not view)
+            if not view:
+                break
+        if end:
+            self._end_sent = True
+        await conn.flush()
 
     async def send_request(self, *, end: bool = False) -> None:
         """Send the request headers (``end=True``: with no body at all)."""
@@ -470,6 +501,14 @@ class Stream:
             await conn.flush()
 
     async def __aenter__(self) -> Stream:
+        if self._deadline is not None:
+            # One cancel scope for the whole call (cheaper than one per wait).
+            # It is entered here and left in __aexit__, in the same task and
+            # properly nested, exactly like an @asynccontextmanager's scope;
+            # the generated unary stub never yields in between.
+            scope = anyio.CancelScope(deadline=self._deadline)
+            scope.__enter__()
+            self._scope = scope
         return self
 
     async def __aexit__(
@@ -478,6 +517,23 @@ class Stream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        scope, self._scope = self._scope, None
+        try:
+            await self._finish(exc_type)
+        except BaseException as error:
+            if scope is None:
+                raise
+            scope.__exit__(type(error), error, error.__traceback__)
+            if scope.cancelled_caught:
+                # Our own deadline cancelled the call.
+                raise self._deadline_exceeded() from None
+            raise
+        if scope is not None:
+            scope.__exit__(exc_type, exc, tb)
+            if scope.cancelled_caught:
+                raise self._deadline_exceeded() from None
+
+    async def _finish(self, exc_type: type[BaseException] | None) -> None:
         conn, call = self._conn, self._call
         if conn is None or call is None:
             return
@@ -487,6 +543,7 @@ class Stream:
         finally:
             # Runs on success, error and cancellation alike: a stream the
             # server hasn't finished is reset so it stops working on it.
-            with anyio.CancelScope(shield=True):
-                await self._abort()
+            if not (call.ended and self._end_sent):
+                with anyio.CancelScope(shield=True):
+                    await self._abort()
             conn.release_call(call)
