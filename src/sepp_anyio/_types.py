@@ -121,7 +121,8 @@ def _check_queue_name(value: object, name: str) -> str:
         raise ValueError(f"{name} must not be {queue!r}")
     if "/" in queue:
         raise ValueError(f"{name} must not contain '/', got {queue!r}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in queue):
+    # Unicode's Cc category, as the server applies it: C0, DEL and C1.
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in queue):
         raise ValueError(f"{name} must not contain control characters, got {queue!r}")
     return queue
 

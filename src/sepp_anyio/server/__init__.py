@@ -1,0 +1,68 @@
+"""The sepp reference server's core: the engine (all server semantics) and its stores.
+
+>>> async with Engine(ServerConfig(), SqliteStore("sepp.sqlite3")) as engine:
+...     reply = await engine.enqueue_batch(request)
+
+The network adapter (grpclib) and the in-memory test channel both call the engine's
+per-RPC methods; authentication is theirs, everything else is here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ._clock import Clock as Clock
+from ._clock import ManualClock as ManualClock
+from ._config import ApiKey as ApiKey
+from ._config import AuthConfig as AuthConfig
+from ._config import LimitsConfig as LimitsConfig
+from ._config import QueueConfig as QueueConfig
+from ._config import QueueLimits as QueueLimits
+from ._config import ServerConfig as ServerConfig
+from ._config import ServerSection as ServerSection
+from ._config import StorageConfig as StorageConfig
+from ._engine import Engine as Engine
+from ._errors import ConfigError as ConfigError
+from ._errors import EngineError as EngineError
+from ._memory import MemoryStore as MemoryStore
+from ._records import DeadLetter as DeadLetter
+from ._records import DeadLetterCause as DeadLetterCause
+from ._records import JobState as JobState
+from ._records import QueueStats as QueueStats
+from ._records import StoreContents as StoreContents
+from ._records import StoredJob as StoredJob
+from ._sqlite import SqliteStore as SqliteStore
+from ._store import Store as Store
+
+__all__ = [
+    "ApiKey",
+    "AuthConfig",
+    "Clock",
+    "ConfigError",
+    "DeadLetter",
+    "DeadLetterCause",
+    "Engine",
+    "EngineError",
+    "JobState",
+    "LimitsConfig",
+    "ManualClock",
+    "MemoryStore",
+    "QueueConfig",
+    "QueueLimits",
+    "QueueStats",
+    "ServerConfig",
+    "ServerSection",
+    "SqliteStore",
+    "StorageConfig",
+    "Store",
+    "StoreContents",
+    "StoredJob",
+]
+
+# Public names report this package in reprs and tracebacks.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
+        with contextlib.suppress(AttributeError, TypeError):
+            _obj.__module__ = __name__
+del _name, _obj

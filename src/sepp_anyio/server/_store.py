@@ -1,0 +1,47 @@
+"""The interface between the engine and its durable storage.
+
+The engine keeps every working index in memory and is the only reader; a store only has to
+(1) hand back everything it holds when the engine starts and (2) apply a sequence of row-level
+writes atomically and durably.  Group commit is the engine's business (``_committer.py``): it
+calls :meth:`Store.commit` once per group, never concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ._records import StoreContents, Write
+
+
+class Store(Protocol):
+    """What :class:`~sepp_anyio.server.Engine` needs from a store.
+
+    Lifecycle: ``open()`` once, then any number of ``commit()`` calls, then ``aclose()``.
+    """
+
+    @property
+    def transactions(self) -> int:
+        """Number of transactions committed so far (for group-commit tests and metrics)."""
+        ...
+
+    async def open(self) -> StoreContents:
+        """Open the store and return everything in it.
+
+        :raises RuntimeError: if the store is already open.
+        :raises Exception: whatever the storage layer raises (corrupt or foreign database).
+        """
+        ...
+
+    async def commit(self, writes: Sequence[Write]) -> None:
+        """Apply *writes* in order, in one transaction; durable when this returns.
+
+        Cancellation: the transaction either completes or is rolled back; the caller cannot
+        tell which, so the engine never cancels a commit outside of teardown.
+        :raises Exception: on a storage failure (the transaction is rolled back).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's resources.  Idempotent."""
+        ...
