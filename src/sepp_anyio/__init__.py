@@ -68,6 +68,10 @@ from ._types import ServerInfo as ServerInfo
 from ._types import TraceContext as TraceContext
 from ._types import TraceContextError as TraceContextError
 from ._version import __version__ as __version__
+from ._worker import Handler as Handler
+from ._worker import ShutdownHandle as ShutdownHandle
+from ._worker import Worker as Worker
+from ._worker import WorkerStatistics as WorkerStatistics
 
 __all__ = [
     "AttemptMismatchError",
@@ -87,6 +91,7 @@ __all__ = [
     "EncodingNotAllowed",
     "EnqueueAck",
     "EnqueueRequest",
+    "Handler",
     "HandlerError",
     "IdempotencyKeyTooLong",
     "InvalidApiKeyError",
@@ -118,6 +123,7 @@ __all__ = [
     "SeppError",
     "ServerInfo",
     "ServerInternalError",
+    "ShutdownHandle",
     "StatusCode",
     "TraceContext",
     "TraceContextError",
@@ -127,6 +133,8 @@ __all__ = [
     "UnknownQueue",
     "UnknownQueuesError",
     "UnknownRejection",
+    "Worker",
+    "WorkerStatistics",
     "__version__",
     "connect",
     "decode_payload",

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import math
 import ssl
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -82,6 +82,10 @@ class _ChannelLike(Protocol):
     ) -> Any: ...
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 def _check_api_key(api_key: str) -> str:
     if not isinstance(api_key, str):
         raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
@@ -142,8 +146,13 @@ class Client:
         rpc_timeout: float = 30.0,
         retry: RetryPolicy | None = None,
         exit_stack: AsyncExitStack | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
         # Internal: use connect() (or sepp_anyio.testing for in-process servers).
+        # wall_clock is "now" on the server's clock, used to turn a lease's
+        # expiry instant into a duration; the in-process server passes its own
+        # clock so that trio's MockClock drives both sides consistently.
+        self._wall_clock = wall_clock if wall_clock is not None else _utcnow
         self._channel = channel
         self._stub = pb.QueueServiceStub(channel)
         self._label = label

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from .._client import Client, _check_api_key
@@ -58,6 +59,17 @@ async def open_in_memory_client(
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(Engine(server_config, store, clock))
         channel = MemoryChannel(engine, metadata=metadata)
-        client = Client(channel, label="in-memory", rpc_timeout=rpc_timeout, retry=retry)
+        clock = engine.clock
+
+        def server_now() -> datetime:
+            return datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
+
+        client = Client(
+            channel,
+            label="in-memory",
+            rpc_timeout=rpc_timeout,
+            retry=retry,
+            wall_clock=server_now,
+        )
         async with client:
             yield client, engine

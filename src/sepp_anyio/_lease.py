@@ -1,0 +1,131 @@
+"""The per-job heartbeat: keeps a lease alive, and ends the job when it is lost.
+
+A job runs inside its own cancel scope, shared by the handler and this
+heartbeat. The heartbeat never settles a job; it only extends the lease and,
+when the lease is gone (the server says so, or its known expiry has passed
+with no successful extension, or ``max_lease_time`` is up), sets the job's
+``lease_lost`` flag and cancels the scope. The flag, not the cancellation,
+decides the outcome: a handler that swallows the cancellation and returns
+still cannot ack a job that another worker may already own.
+
+Timing follows the lease the server **granted**, not the one requested: the
+server may clamp a long lease down, and an interval derived from the request
+could fire only after the real lease had expired (and the job had been handed
+to someone else).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio
+
+from ._errors import AttemptMismatchError, JobNotFoundError, SeppError
+from ._types import JobCtx
+
+__all__ = ["JobRun", "heartbeat"]
+
+logger = logging.getLogger("sepp_anyio.worker")
+
+_MIN_INTERVAL = 0.001
+
+
+@dataclass(eq=False)
+class JobRun:
+    """The mutable state of one job being processed (internal)."""
+
+    ctx: JobCtx
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: Set before the scope is cancelled because the lease is (or may be) gone.
+    lease_lost: bool = False
+    lost_reason: str = ""
+    #: Set before the scope is cancelled because the drain timed out.
+    drain_cancelled: bool = False
+
+    def lose_lease(self, reason: str) -> None:
+        if not self.lease_lost:
+            self.lease_lost = True
+            self.lost_reason = reason
+        self.scope.cancel()
+
+
+def _seconds_left(expiry: datetime, now: Callable[[], datetime]) -> float:
+    return (expiry - now()).total_seconds()
+
+
+async def heartbeat(
+    run: JobRun,
+    *,
+    lease: float,
+    interval: float | None,
+    extend: bool,
+    max_lease_time: float | None,
+    wall_clock: Callable[[], datetime],
+    log: logging.LoggerAdapter[logging.Logger],
+) -> None:
+    """Extend ``run``'s lease until cancelled; cancel the job if the lease is lost.
+
+    Args:
+        lease: seconds asked for on every extension.
+        interval: fixed seconds between extensions, or None for one third of
+            the time left on the granted lease (recomputed after each extend).
+        extend: False to only watch: the job is cancelled when its lease runs
+            out (used with ``max_lease_time`` and no auto-extension).
+        max_lease_time: stop extending this long after the start, then end
+            the job as lease-lost once the last granted lease runs out.
+        wall_clock: "now" on the server's clock (to read expiry instants).
+
+    Never raises except cancellation: extension errors are decided here.
+    """
+    ctx = run.ctx
+    stop_extending_at = (
+        math.inf if max_lease_time is None else anyio.current_time() + max_lease_time
+    )
+    while True:
+        left = _seconds_left(ctx.lease_expires_at, wall_clock)
+        now = anyio.current_time()
+        if not extend or now >= stop_extending_at:
+            # No (more) extensions: the job ends with its lease. Sleep in a
+            # loop, because a handler may still extend by hand (ctx.extend).
+            if left > 0:
+                await anyio.sleep(left)
+                continue
+            reason = (
+                f"max_lease_time ({max_lease_time:g}s) reached"
+                if extend and max_lease_time is not None
+                else "the lease expired"
+            )
+            log.error("lease lost (%s); cancelling the handler, not settling the job", reason)
+            run.lose_lease(reason)
+            return
+        wait = interval if interval is not None else max(left / 3, _MIN_INTERVAL)
+        await anyio.sleep(min(wait, max(stop_extending_at - now, 0.0)))
+        if anyio.current_time() >= stop_extending_at:
+            continue
+        try:
+            expiry = await ctx.extend(lease)
+        except (JobNotFoundError, AttemptMismatchError) as exc:
+            log.error(
+                "lease reassigned or gone (%s); cancelling the handler, not settling the job",
+                type(exc).__name__,
+            )
+            run.lose_lease(f"extend failed: {type(exc).__name__}")
+            return
+        except SeppError as exc:
+            if _seconds_left(ctx.lease_expires_at, wall_clock) <= 0:
+                log.error(
+                    "could not extend the lease before it expired (%s); cancelling the handler",
+                    exc,
+                )
+                run.lose_lease(f"extend failed after expiry: {exc}")
+                return
+            log.warning("could not extend the lease (%s); retrying before it expires", exc)
+            if interval is None:
+                # Don't spin: the next try comes after a third of what is left.
+                continue
+        else:
+            log.debug("lease extended to %s", expiry.isoformat())

@@ -1,0 +1,643 @@
+"""The Worker: reserve -> dispatch by job type -> ack/nack, as one anyio task group.
+
+Shape (the reason this library exists)::
+
+    run()
+    └── task group (the worker's whole life)
+        ├── reserve loop (the run() task itself)
+        │     take a CapacityLimiter token, then reserve min(max_jobs, free tokens)
+        └── one task per job, holding its token until the outcome is settled
+              └── cancel scope shared by
+                    ├── the handler
+                    └── the heartbeat (extends the lease; cancels the scope if it is lost)
+
+Outcomes: a handler that returns acks; ``HandlerError.retry/retry_after/
+permanent`` nacks with that directive; any other exception, and a job type
+with no handler, nack with a backoff of ``min(2**attempt, 60)`` seconds (so a
+job is never burned through its attempts in a hot loop); ``job_timeout`` nacks
+for retry with reason "timed out". A job whose lease was lost is neither
+acked nor nacked. Acks and nacks run shielded with a bounded timeout, so a
+cancellation or a shutdown cannot lose an outcome that was already decided.
+
+Shutdown stops reserving (a reserve in progress is cancelled; one that
+already returned jobs still has them processed, since they are leased to this
+worker), then drains: in-flight jobs finish, their leases still extended. With
+``drain_timeout``, handlers still running when it passes are cancelled and
+their jobs nacked for immediate retry (``RetryDirective.after(0)``), so
+another worker can pick them up without waiting for the lease to expire.
+
+Cancelling ``run()`` from outside is not graceful: everything is cancelled at
+once, no job that was still running is settled (their leases expire and the
+server redelivers them), and no task outlives ``run()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeAlias, TypeVar
+
+import anyio
+import anyio.abc
+
+from ._client import Client
+from ._errors import DuplicateHandlerError, HandlerError, JobNotFoundError, SeppError
+from ._lease import JobRun, heartbeat
+from ._types import Job, JobCtx, Payload, RetryDirective
+
+__all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
+
+logger = logging.getLogger("sepp_anyio.worker")
+
+#: A job handler: ``async def handler(payload, ctx) -> None``.
+Handler: TypeAlias = Callable[[Payload | None, JobCtx], Awaitable[None]]
+H = TypeVar("H", bound=Handler)
+
+# A reserve that comes back empty sooner than min(_EARLY_EMPTY, wait / 2) is
+# "early" (a server draining at shutdown answers at once): pause before the
+# next one instead of spinning.
+_EARLY_EMPTY = 0.1
+_EARLY_EMPTY_PAUSE = 0.25
+# Upper bound on one ack or nack at the end of a job, shielded from
+# cancellation: long enough for a retrying client, short enough that a dead
+# server can't hold a shutdown hostage.
+_SETTLE_TIMEOUT = 30.0
+_MAX_FAILURE_BACKOFF = 60.0
+
+
+def _failure_backoff(attempt: int) -> float:
+    """Delay before a job whose handler crashed (or is missing) runs again."""
+    return float(min(2 ** min(attempt, 16), _MAX_FAILURE_BACKOFF))
+
+
+def default_worker_id() -> str:
+    """``<host>-<pid>-<8 hex>``; the host from $HOSTNAME/$COMPUTERNAME if set."""
+    host = os.environ.get("HOSTNAME") or os.environ.get("COMPUTERNAME") or socket.gethostname()
+    return f"{host or 'unknown'}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class _JobLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every line with the job's id, type and attempt."""
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        assert self.extra is not None
+        ctx: JobCtx = self.extra["ctx"]  # type: ignore[assignment]
+        return (
+            f"job {ctx.id} ({ctx.job_type}, attempt {ctx.attempt}/{ctx.max_attempts}): {msg}",
+            kwargs,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatistics:
+    """A snapshot of a worker's counters (see :meth:`Worker.statistics`)."""
+
+    #: Jobs currently being handled (each holds one of ``max_in_flight`` slots).
+    in_flight: int
+    #: Jobs acked.
+    processed: int
+    #: Jobs nacked for another attempt.
+    nacked_retry: int
+    #: Jobs nacked onto the dead-letter path (permanent, or out of attempts).
+    nacked_dead_letter: int
+    #: Jobs whose lease was lost while running (cancelled, not settled).
+    lease_lost: int
+    #: Acks or nacks that failed (the job will be redelivered, or already was settled).
+    settle_errors: int
+    #: Reserve calls made, and those that failed.
+    reserves: int
+    reserve_errors: int
+    #: The most jobs that were ever in flight at once.
+    max_in_flight_seen: int
+
+
+class ShutdownHandle:
+    """Asks a worker to shut down gracefully; idempotent, callable from any task."""
+
+    __slots__ = ("_worker",)
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def shutdown(self) -> None:
+        """Stop reserving and drain (see :meth:`Worker.shutdown`)."""
+        self._worker.shutdown()
+
+    @property
+    def is_shutdown(self) -> bool:
+        """Whether shutdown has been requested."""
+        return self._worker._shutdown_requested
+
+
+def _check_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    ok = value >= 0 if allow_zero else value > 0
+    if not (ok and math.isfinite(value)):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+class Worker:
+    """Processes jobs from ``queues`` with registered handlers.
+
+    Args:
+        client: a connected :class:`~sepp_anyio.Client` (it must outlive the worker).
+        queues: the queues to reserve from, in priority order.
+        lease: seconds of lease asked for at reserve and at each extension.
+        max_in_flight: jobs handled at once (a CapacityLimiter's tokens).
+        max_jobs: most jobs per reserve; None means "all free capacity".
+        wait: long-poll window of each reserve, in seconds (> 0).
+        auto_extend: False; True to extend leases when a third of the granted
+            lease is left; or a number of seconds for a fixed interval.
+        reserve_error_backoff: pause after a failed reserve.
+        worker_id: sent with every reserve/ack/nack/extend; default
+            ``<host>-<pid>-<random>``.
+        job_timeout: cancel a handler after this long and nack the job for
+            retry with reason "timed out".
+        max_lease_time: stop extending one job's lease after this long; it is
+            then cancelled as lease-lost when its last lease runs out.
+        drain_timeout: bound on the graceful drain at shutdown (see the
+            module docs); None waits for every handler.
+
+    Raises:
+        ValueError: a bad argument, naming it (empty queues or queue name,
+            lease/wait <= 0, max_jobs/max_in_flight < 1, empty worker_id, ...).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        queues: Sequence[str],
+        *,
+        lease: float = 30.0,
+        max_in_flight: int = 16,
+        max_jobs: int | None = None,
+        wait: float = 30.0,
+        auto_extend: bool | float = False,
+        reserve_error_backoff: float = 1.0,
+        worker_id: str | None = None,
+        job_timeout: float | None = None,
+        max_lease_time: float | None = None,
+        drain_timeout: float | None = None,
+    ) -> None:
+        if isinstance(queues, str):
+            raise TypeError("queues must be a sequence of queue names, not a single str")
+        self._queues = list(queues)
+        if not self._queues:
+            raise ValueError("queues must name at least one queue")
+        for index, name in enumerate(self._queues):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
+        self._lease = _check_seconds(lease, "lease")
+        self._wait = _check_seconds(wait, "wait")
+        for name, count in (("max_in_flight", max_in_flight), ("max_jobs", max_jobs)):
+            if count is None:
+                continue
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise TypeError(f"{name} must be an int, got {type(count).__name__}")
+            if count < 1:
+                raise ValueError(f"{name} must be >= 1, got {count}")
+        self._max_in_flight = max_in_flight
+        self._max_jobs = max_jobs
+        self._interval: float | None
+        if isinstance(auto_extend, bool):
+            self._auto_extend, self._interval = auto_extend, None
+        else:
+            self._auto_extend = True
+            self._interval = max(_check_seconds(auto_extend, "auto_extend"), 0.001)
+        self._reserve_error_backoff = _check_seconds(
+            reserve_error_backoff, "reserve_error_backoff", allow_zero=True
+        )
+        if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
+            raise ValueError("worker_id must be a non-empty str (or None for a generated one)")
+        self.worker_id = worker_id if worker_id is not None else default_worker_id()
+        self._job_timeout = (
+            None if job_timeout is None else _check_seconds(job_timeout, "job_timeout")
+        )
+        self._max_lease_time = (
+            None if max_lease_time is None else _check_seconds(max_lease_time, "max_lease_time")
+        )
+        self._drain_timeout = (
+            None
+            if drain_timeout is None
+            else _check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
+        )
+        self._client = client
+        self._handlers: dict[str, Handler] = {}
+        self._catch_all: Handler | None = None
+
+        self._shutdown_requested = False
+        self._running = False
+        self._stop: anyio.Event | None = None
+        self._reserve_scope: anyio.CancelScope | None = None
+        self._runs: set[JobRun] = set()
+        self._idle: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._cm_tg: anyio.abc.TaskGroup | None = None
+        # Counters behind statistics().
+        self._processed = 0
+        self._nacked_retry = 0
+        self._nacked_dead = 0
+        self._lease_lost = 0
+        self._settle_errors = 0
+        self._reserves = 0
+        self._reserve_errors = 0
+        self._max_seen = 0
+
+    def __repr__(self) -> str:
+        return f"<sepp_anyio.Worker {self.worker_id} queues={self._queues}>"
+
+    # ------------------------------------------------------------ handlers
+
+    def handler(self, job_type: str) -> Callable[[H], H]:
+        """Decorator: register the decorated coroutine function for ``job_type``.
+
+        Raises:
+            DuplicateHandlerError: ``job_type`` already has a handler.
+        """
+
+        def register(fn: H) -> H:
+            self.handle(job_type, fn)
+            return fn
+
+        return register
+
+    def handle(self, job_type: str, fn: Handler) -> Worker:
+        """Register ``fn`` for ``job_type``; returns the worker (calls chain).
+
+        Raises:
+            DuplicateHandlerError: ``job_type`` already has a handler (use
+                :meth:`replace_handler` to swap it).
+        """
+        self._check_handler(job_type, fn)
+        if job_type in self._handlers:
+            raise DuplicateHandlerError(
+                f"a handler for job type {job_type!r} is already registered"
+            )
+        self._handlers[job_type] = fn
+        return self
+
+    def replace_handler(self, job_type: str, fn: Handler) -> Worker:
+        """Register ``fn`` for ``job_type``, replacing any handler it had."""
+        self._check_handler(job_type, fn)
+        self._handlers[job_type] = fn
+        return self
+
+    def remove_handler(self, job_type: str) -> Worker:
+        """Unregister ``job_type``'s handler (no error if it has none)."""
+        self._handlers.pop(job_type, None)
+        return self
+
+    def catch_all(self, fn: H) -> H:
+        """Handle every job type without a handler of its own (replaces any
+        earlier catch-all); returns ``fn``, so it works as a decorator."""
+        if not callable(fn):
+            raise TypeError("the catch-all handler must be an async callable")
+        self._catch_all = fn
+        return fn
+
+    @staticmethod
+    def _check_handler(job_type: str, fn: Handler) -> None:
+        if not isinstance(job_type, str) or not job_type:
+            raise ValueError(f"job_type must be a non-empty str, got {job_type!r}")
+        if not callable(fn):
+            raise TypeError(f"the handler for {job_type!r} must be an async callable")
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        """The registered handlers by job type (read-only view)."""
+        return dict(self._handlers)
+
+    # ------------------------------------------------------------ control
+
+    def shutdown(self) -> None:
+        """Stop reserving and drain; idempotent, callable from any task.
+
+        A reserve in progress is cancelled at once (jobs it had already
+        received are still processed). :meth:`run` returns when the drain is
+        over. Calling it before :meth:`run` makes ``run`` return at once.
+        """
+        self._shutdown_requested = True
+        if self._stop is not None:
+            self._stop.set()
+        if self._reserve_scope is not None:
+            self._reserve_scope.cancel()
+
+    def shutdown_handle(self) -> ShutdownHandle:
+        """A handle whose ``shutdown()`` shuts this worker down."""
+        return ShutdownHandle(self)
+
+    def statistics(self) -> WorkerStatistics:
+        """The worker's counters at this moment."""
+        return WorkerStatistics(
+            in_flight=len(self._runs),
+            processed=self._processed,
+            nacked_retry=self._nacked_retry,
+            nacked_dead_letter=self._nacked_dead,
+            lease_lost=self._lease_lost,
+            settle_errors=self._settle_errors,
+            reserves=self._reserves,
+            reserve_errors=self._reserve_errors,
+            max_in_flight_seen=self._max_seen,
+        )
+
+    # ------------------------------------------------------------ running
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Process jobs until :meth:`shutdown`, then drain and return.
+
+        Calls ``task_status.started()`` once it is about to reserve, so
+        ``await task_group.start(worker.run)`` returns when the worker is up.
+
+        Cancellation: cancels every handler at once; jobs still running are
+        left to lease expiry (not settled); returns only when every task of
+        the worker has ended. ``KeyboardInterrupt`` and other non-``Exception``
+        errors propagate. A worker can run once at a time.
+        """
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        self._stop = anyio.Event()
+        if self._shutdown_requested:
+            self._stop.set()
+        limiter = anyio.CapacityLimiter(self._max_in_flight)
+        logger.info(
+            "worker %s starting on %s (max_in_flight=%d, lease=%gs)",
+            self.worker_id,
+            self._queues,
+            self._max_in_flight,
+            self._lease,
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await self._reserve_loop(tg, limiter)
+                await self._drain()
+        finally:
+            self._tg = None
+            self._running = False
+            self._stop = None
+            self._reserve_scope = None
+            logger.info("worker %s stopped", self.worker_id)
+
+    async def __aenter__(self) -> Worker:
+        """Run the worker in the background until the block ends, then drain."""
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._cm_tg = tg
+        try:
+            await tg.start(self.run)
+        except BaseException as exc:
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tg, self._cm_tg = self._cm_tg, None
+        assert tg is not None
+        self.shutdown()
+        try:
+            # The body's own exception is not handed to the group (it would
+            # come back wrapped); the worker drains either way.
+            await tg.__aexit__(None, None, None)
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
+        stop = self._stop
+        assert stop is not None
+        while not stop.is_set():
+            first = object()
+            holding = False
+            jobs: list[Job] | None = None
+            with anyio.CancelScope() as scope:
+                self._reserve_scope = scope
+                if stop.is_set():
+                    scope.cancel()
+                # The token is taken *before* reserving, so the worker never
+                # leases a job it has no room to start.
+                await limiter.acquire_on_behalf_of(first)
+                holding = True
+                jobs = await self._reserve(limiter)
+            self._reserve_scope = None
+            if not jobs:
+                # Failed (already backed off), empty, or interrupted by
+                # shutdown; a reserve that *returned* jobs is never dropped.
+                if holding:
+                    limiter.release_on_behalf_of(first)
+                continue
+            for index, job in enumerate(jobs):
+                token: object = first if index == 0 else object()
+                if index:
+                    # We asked for no more than the free capacity, so this
+                    # normally doesn't wait; if it does, the job still runs.
+                    with anyio.CancelScope(shield=True):
+                        await limiter.acquire_on_behalf_of(token)
+                self._start_job(tg, limiter, token, job)
+
+    async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
+        """One reserve; None after a failure (logged, backed off)."""
+        free = 1 + int(limiter.available_tokens)
+        count = free if self._max_jobs is None else min(self._max_jobs, free)
+        self._reserves += 1
+        started = anyio.current_time()
+        try:
+            jobs = await self._client.reserve(
+                self._queues,
+                lease=self._lease,
+                wait=self._wait,
+                max_jobs=count,
+                worker_id=self.worker_id,
+            )
+        except SeppError as exc:
+            self._reserve_errors += 1
+            logger.warning("reserve failed (%s); retrying in %gs", exc, self._reserve_error_backoff)
+            await self._pause(self._reserve_error_backoff)
+            return None
+        if not jobs and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2):
+            await self._pause(_EARLY_EMPTY_PAUSE)
+        return jobs
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up early when shutdown is requested."""
+        stop = self._stop
+        assert stop is not None
+        with anyio.move_on_after(seconds):
+            await stop.wait()
+
+    async def _drain(self) -> None:
+        if not self._runs:
+            return
+        logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(self._runs))
+        idle = self._idle = anyio.Event()
+        if self._drain_timeout is None:
+            await idle.wait()
+            return
+        with anyio.move_on_after(self._drain_timeout):
+            await idle.wait()
+        if self._runs:
+            logger.warning(
+                "drain_timeout (%gs) passed; cancelling %d handler(s) and nacking their jobs"
+                " for immediate retry",
+                self._drain_timeout,
+                len(self._runs),
+            )
+            for run in list(self._runs):
+                run.drain_cancelled = True
+                run.scope.cancel()
+
+    # ------------------------------------------------------------ one job
+
+    def _start_job(
+        self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
+    ) -> None:
+        run = JobRun(job.ctx)
+        self._runs.add(run)
+        self._max_seen = max(self._max_seen, len(self._runs))
+        tg.start_soon(self._job_task, limiter, token, job, run, name=f"sepp job {job.ctx.id}")
+
+    async def _job_task(
+        self, limiter: anyio.CapacityLimiter, token: object, job: Job, run: JobRun
+    ) -> None:
+        try:
+            await self._process(job, run)
+        finally:
+            self._runs.discard(run)
+            limiter.release_on_behalf_of(token)
+            if not self._runs and self._idle is not None:
+                self._idle.set()
+
+    async def _process(self, job: Job, run: JobRun) -> None:
+        ctx = job.ctx
+        log = _JobLog(logger, {"ctx": ctx})
+        handler = self._handlers.get(ctx.job_type) or self._catch_all
+        if handler is None:
+            delay = _failure_backoff(ctx.attempt)
+            log.warning("no handler registered for this job type; retrying in %gs", delay)
+            await self._settle(
+                ctx,
+                log,
+                RetryDirective.after(delay),
+                f"no handler registered for job_type {ctx.job_type!r}",
+            )
+            return
+
+        directive: RetryDirective | None = None  # None: ack
+        reason = ""
+        with run.scope:
+            async with anyio.create_task_group() as tg:
+                if self._auto_extend or self._max_lease_time is not None:
+                    tg.start_soon(
+                        functools.partial(
+                            heartbeat,
+                            run,
+                            lease=self._lease,
+                            interval=self._interval,
+                            extend=self._auto_extend,
+                            max_lease_time=self._max_lease_time,
+                            wall_clock=self._client._wall_clock,
+                            log=log,
+                        )
+                    )
+                try:
+                    deadline = (
+                        math.inf
+                        if self._job_timeout is None
+                        else anyio.current_time() + self._job_timeout
+                    )
+                    with anyio.CancelScope(deadline=deadline) as timeout:
+                        await handler(job.payload, ctx)
+                    if timeout.cancelled_caught:
+                        log.warning("handler timed out after %gs", self._job_timeout)
+                        directive, reason = RetryDirective.default(), "timed out"
+                except HandlerError as exc:
+                    directive, reason = exc.directive, exc.reason
+                    log.info("handler asked for %s", exc)
+                except Exception as exc:
+                    delay = _failure_backoff(ctx.attempt)
+                    log.exception("handler raised %s; retrying in %gs", type(exc).__name__, delay)
+                    directive = RetryDirective.after(delay)
+                    reason = f"handler raised {type(exc).__name__}: {exc}"
+                finally:
+                    # The heartbeat lives exactly as long as the handler.
+                    tg.cancel_scope.cancel()
+
+        if run.lease_lost:
+            # The flag decides, even if the handler swallowed the cancellation
+            # and returned: the job may already belong to another worker.
+            self._lease_lost += 1
+            log.error("lease lost (%s); the job is not settled here", run.lost_reason)
+            return
+        if run.drain_cancelled and run.scope.cancelled_caught:
+            directive = RetryDirective.after(0)
+            reason = "worker shut down before the handler finished (drain_timeout)"
+        await self._settle(ctx, log, directive, reason)
+
+    async def _settle(
+        self,
+        ctx: JobCtx,
+        log: logging.LoggerAdapter[logging.Logger],
+        directive: RetryDirective | None,
+        reason: str,
+    ) -> None:
+        """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_TIMEOUT) as bound:
+            try:
+                if directive is None:
+                    await self._client.ack(ctx)
+                    self._processed += 1
+                    log.debug("acked")
+                else:
+                    dead = await self._client.nack(ctx, directive, reason)
+                    if dead:
+                        self._nacked_dead += 1
+                        log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    else:
+                        self._nacked_retry += 1
+                        log.info("nacked for retry (%s)", reason or "no reason")
+                return
+            except JobNotFoundError:
+                self._settle_errors += 1
+                log.error(
+                    "could not %s: job not found; either the lease was lost and the job will be"
+                    " redelivered, or a retried attempt already succeeded and only its response"
+                    " was lost",
+                    "ack" if directive is None else "nack",
+                )
+                return
+            except SeppError as exc:
+                self._settle_errors += 1
+                log.error(
+                    "could not %s (%s); the job will be redelivered after its lease expires",
+                    "ack" if directive is None else "nack",
+                    exc,
+                )
+                return
+        if bound.cancelled_caught:
+            self._settle_errors += 1
+            log.error(
+                "%s did not finish within %gs; the job will be redelivered after its lease expires",
+                "ack" if directive is None else "nack",
+                _SETTLE_TIMEOUT,
+            )
