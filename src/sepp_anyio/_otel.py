@@ -1,26 +1,81 @@
 """Optional OpenTelemetry integration (the ``otel`` extra); a no-op without it.
 
 OpenTelemetry is imported lazily, the first time it could matter, so the core
-never pays for it and never fails when it is absent.
+never pays for it and never fails when it is absent: every function here has
+a cheap path that does nothing when the API package is not installed.
+
+What it provides:
+
+* CLIENT spans per RPC (``sepp.enqueue``, ``sepp.reserve``, ...), with the
+  OpenTelemetry messaging attributes that apply, and error status on failure
+  (never on cancellation: a cancelled call is not an error of the call);
+* W3C ``traceparent``/``tracestate`` metadata on every RPC, taken inside that
+  RPC's span, so the server's span becomes its child;
+* the same context stamped into enqueued jobs that carry none;
+* a CONSUMER span ``sepp.process`` per job, *linked* (not parented) to the
+  job's trace context, and the worker's metrics.
+
+Metric instrument names are the official Python client's (``sepp.jobs.*``,
+``sepp.reserves.*``) so dashboards carry over; the meter is ``sepp_anyio``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["trace_metadata"]
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._types import TraceContext
+
+__all__ = [
+    "Metrics",
+    "attach_trace_context",
+    "available",
+    "client_span",
+    "current_trace_context",
+    "metrics",
+    "process_span",
+    "trace_metadata",
+]
+
+SYSTEM = "sepp"
 
 
 @cache
-def _propagator() -> Any:
+def _api() -> Any:
+    """The ``opentelemetry`` namespace modules, or None when not installed."""
     try:
+        from opentelemetry import context, metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
         return None
+
+    class Api:
+        pass
+
+    api = Api()
+    api.trace = trace  # type: ignore[attr-defined]
+    api.context = context  # type: ignore[attr-defined]
+    api.metrics = metrics  # type: ignore[attr-defined]
     # A fixed W3C propagator, not the global one: the sepp protocol carries
     # exactly traceparent/tracestate, whatever the application configured.
-    return TraceContextTextMapPropagator()
+    api.propagator = TraceContextTextMapPropagator()  # type: ignore[attr-defined]
+    return api
+
+
+def available() -> bool:
+    """Whether the OpenTelemetry API is importable."""
+    return _api() is not None
+
+
+def _tracer() -> Any:
+    # Looked up per use (cheap): the application may install its provider
+    # after our first call.
+    return _api().trace.get_tracer("sepp_anyio", __version__)
 
 
 def trace_metadata() -> list[tuple[str, str]]:
@@ -28,9 +83,167 @@ def trace_metadata() -> list[tuple[str, str]]:
 
     Empty without OpenTelemetry or without a valid current span.
     """
-    propagator = _propagator()
-    if propagator is None:
+    api = _api()
+    if api is None:
         return []
     carrier: dict[str, str] = {}
-    propagator.inject(carrier)
+    api.propagator.inject(carrier)
     return [(key, value) for key, value in carrier.items() if key in ("traceparent", "tracestate")]
+
+
+def current_trace_context() -> TraceContext | None:
+    """The current span's context as a :class:`TraceContext`, or None."""
+    from ._types import TraceContext, TraceContextError
+
+    metadata = dict(trace_metadata())
+    traceparent = metadata.get("traceparent")
+    if not traceparent:
+        return None
+    try:
+        return TraceContext(traceparent, metadata.get("tracestate") or None)
+    except TraceContextError:
+        return None
+
+
+def _span_context_of(trace_context: TraceContext | None) -> Any:
+    """The OpenTelemetry SpanContext a TraceContext describes, or None."""
+    api = _api()
+    if api is None or trace_context is None:
+        return None
+    carrier = {"traceparent": trace_context.traceparent}
+    if trace_context.tracestate:
+        carrier["tracestate"] = trace_context.tracestate
+    ctx = api.propagator.extract(carrier)
+    span_context = api.trace.get_current_span(ctx).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+@contextlib.contextmanager
+def attach_trace_context(trace_context: TraceContext | None) -> Iterator[None]:
+    """Make ``trace_context`` the current (remote parent) context in the block.
+
+    A no-op without OpenTelemetry or with an unusable context.
+    """
+    api = _api()
+    span_context = _span_context_of(trace_context)
+    if api is None or span_context is None:
+        yield
+        return
+    ctx = api.trace.set_span_in_context(api.trace.NonRecordingSpan(span_context))
+    token = api.context.attach(ctx)
+    try:
+        yield
+    finally:
+        api.context.detach(token)
+
+
+@contextlib.contextmanager
+def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
+    """A CLIENT span around one RPC (None inside when OpenTelemetry is absent).
+
+    An ``Exception`` marks the span as error and is recorded; cancellation
+    and other ``BaseException``s end the span without an error status.
+    """
+    api = _api()
+    if api is None:
+        yield None
+        return
+    with _tracer().start_as_current_span(
+        name,
+        kind=api.trace.SpanKind.CLIENT,
+        attributes={"messaging.system": SYSTEM, **attributes},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, str(exc)))
+            raise
+
+
+@contextlib.contextmanager
+def process_span(
+    trace_context: TraceContext | None, attributes: Mapping[str, Any]
+) -> Iterator[Any]:
+    """The CONSUMER span ``sepp.process`` of one job, linked to its producer.
+
+    A link rather than a parent: the job may run long after, and many times
+    for, the trace that enqueued it. Yields the span (None without OTel);
+    the caller sets its status, since it knows the job's outcome.
+    """
+    api = _api()
+    if api is None:
+        yield None
+        return
+    span_context = _span_context_of(trace_context)
+    links = [api.trace.Link(span_context)] if span_context is not None else []
+    with _tracer().start_as_current_span(
+        "sepp.process",
+        kind=api.trace.SpanKind.CONSUMER,
+        links=links,
+        attributes={
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "process",
+            **attributes,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def mark_error(span: Any, description: str, exc: BaseException | None = None) -> None:
+    """Set error status on ``span`` (a no-op for None)."""
+    if span is None:
+        return
+    api = _api()
+    if exc is not None:
+        span.record_exception(exc)
+    span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, description))
+
+
+def add_event(span: Any, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+    if span is not None:
+        span.add_event(name, attributes=dict(attributes or {}))
+
+
+class Metrics:
+    """The worker's instruments (all no-ops without OpenTelemetry)."""
+
+    def __init__(self) -> None:
+        api = _api()
+        self.enabled = api is not None
+        if api is None:
+            return
+        meter = api.metrics.get_meter("sepp_anyio", __version__)
+        self.processed = meter.create_counter(
+            "sepp.jobs.processed", unit="{job}", description="Jobs acknowledged after processing"
+        )
+        self.nacked = meter.create_counter(
+            "sepp.jobs.nacked", unit="{job}", description="Jobs negatively acknowledged"
+        )
+        self.in_flight = meter.create_up_down_counter(
+            "sepp.jobs.in_flight", unit="{job}", description="Jobs currently being processed"
+        )
+        self.reserves_completed = meter.create_counter(
+            "sepp.reserves.completed", unit="{call}", description="Reserve calls that succeeded"
+        )
+        self.reserves_failed = meter.create_counter(
+            "sepp.reserves.failed", unit="{call}", description="Reserve calls that failed"
+        )
+        self.duration = meter.create_histogram(
+            "sepp.job.duration", unit="s", description="Handler run time per job"
+        )
+        self.lease_lost = meter.create_counter(
+            "sepp.jobs.lease_lost",
+            unit="{job}",
+            description="Jobs cancelled because their lease was lost",
+        )
+
+
+@cache
+def metrics() -> Metrics:
+    """The process-wide instruments (created on first use)."""
+    return Metrics()

@@ -16,6 +16,7 @@ the wire mapping.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import math
@@ -337,6 +338,27 @@ class TraceContext:
     def sampled(self) -> bool:
         """Whether the ``sampled`` flag (bit 0 of the flags) is set."""
         return bool(int(self.traceparent.split("-")[3], 16) & 0x01)
+
+    @classmethod
+    def from_current(cls) -> TraceContext | None:
+        """The current OpenTelemetry span's context, or None.
+
+        None without the ``otel`` extra, or when no valid span is current.
+        """
+        from ._otel import current_trace_context
+
+        return current_trace_context()
+
+    def attach(self) -> contextlib.AbstractContextManager[None]:
+        """A context manager making this context the current (remote) parent.
+
+        Spans started inside the block become children of the span this
+        context names, e.g. to continue a job's producer trace inside a
+        handler. A no-op without the ``otel`` extra.
+        """
+        from ._otel import attach_trace_context
+
+        return attach_trace_context(self)
 
 
 # ---------------------------------------------------------------------------- enqueue
