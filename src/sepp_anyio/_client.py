@@ -87,6 +87,20 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _checked_batch(requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
+    """The batch as a list; refused before any other work (span attributes, trace
+    stamping, retry rules all read the requests) if it is empty or holds a non-request."""
+    batch = list(requests)
+    if not batch:
+        raise EmptyBatchError()
+    for index, request in enumerate(batch):
+        if not isinstance(request, EnqueueRequest):
+            raise TypeError(
+                f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
+            )
+    return batch
+
+
 def _check_api_key(api_key: str) -> str:
     if not isinstance(api_key, str):
         raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
@@ -248,7 +262,7 @@ class Client:
         # them twice, so those are retried only when every job has a key.
         if all(request.has_idempotency_key for request in requests):
             return _RETRY_ALL
-        return _RETRY_ALL
+        return _RETRY_KEYLESS
 
     # ------------------------------------------------------------ producing
 
@@ -278,11 +292,11 @@ class Client:
                 (``BatchResultCountMismatchError``) or a result without outcome.
             ClientError: the call failed as a whole.
         """
-        requests = list(requests)
-        if not requests:
-            raise EmptyBatchError()
+        requests = _checked_batch(requests)
         with _otel.client_span("sepp.enqueue", self._enqueue_attributes(requests)):
-            message = _convert.enqueue_batch_request_to_pb(self._stamp(requests))
+            message = _convert.enqueue_batch_request_to_pb(
+                self._stamp(requests), now=self._wall_clock()
+            )
             reply = await self._unary(
                 "enqueue_batch",
                 self._stub.enqueue_batch,
@@ -307,13 +321,13 @@ class Client:
             MalformedResponseError: the reply breaks the protocol.
             ClientError: the call failed as a whole.
         """
-        requests = list(requests)
-        if not requests:
-            raise EmptyBatchError()
+        requests = _checked_batch(requests)
         attributes = self._enqueue_attributes(requests)
         attributes["messaging.operation.name"] = "enqueue_atomic"
         with _otel.client_span("sepp.enqueue_atomic", attributes):
-            message = _convert.enqueue_batch_request_to_pb(self._stamp(requests))
+            message = _convert.enqueue_batch_request_to_pb(
+                self._stamp(requests), now=self._wall_clock()
+            )
             reply = await self._unary(
                 "enqueue_atomic",
                 self._stub.enqueue_atomic,

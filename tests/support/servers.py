@@ -1456,3 +1456,93 @@ def raw_grpc_call(
             if out:
                 sock.sendall(out)
     return RawResponse(events)
+
+
+# --------------------------------------------------------------------------- scripted grpclib
+
+_NO_REPLY: Any = object()
+
+
+class ScriptedGrpclibServer(GrpclibTestServer):
+    """A ``GrpclibTestServer`` whose answers are scripted per RPC, for tests of a client that
+    sends no per-call metadata (so ``x-test-action`` cannot steer it).
+
+    * ``fail_first={"Ack": (n, "UNAVAILABLE")}``: the first ``n`` calls of ``Ack`` fail with that
+      status and the message ``"injected <CODE> #<i>"``.
+    * ``hang_first={"Ack": n}``: the first ``n`` calls of ``Ack`` never answer; they end when the
+      client gives up (the call's event then shows ``cancelled``) or the server stops.
+    * ``replies={"Reserve": reply}``: answer with ``reply``, a message, or ``fn(request)``
+      returning one (``fn`` may be a coroutine function and may raise ``GRPCError``).
+
+    Calls are counted per method from construction or the last :meth:`script` (which also
+    clears the event log); failing and hanging calls count. A method without a scripted reply
+    keeps the ``GrpclibTestServer`` test behaviour (``x-test-action`` included).
+    """
+
+    def __init__(
+        self,
+        *,
+        replies: Mapping[str, Any] | None = None,
+        fail_first: Mapping[str, tuple[int, str]] | None = None,
+        hang_first: Mapping[str, int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._script_lock = threading.Lock()
+        self._replies: dict[str, Any] = {}
+        self._fail_first: dict[str, tuple[int, str]] = {}
+        self._hang_first: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+        self.script(replies=replies, fail_first=fail_first, hang_first=hang_first)
+
+    def __enter__(self) -> ScriptedGrpclibServer:
+        self.start()
+        return self
+
+    def script(
+        self,
+        *,
+        replies: Mapping[str, Any] | None = None,
+        fail_first: Mapping[str, tuple[int, str]] | None = None,
+        hang_first: Mapping[str, int] | None = None,
+    ) -> None:
+        """Replace the whole script, reset the per-method counts and clear the event log."""
+        for method, (_, code) in (fail_first or {}).items():
+            if code not in Status.__members__:
+                raise ValueError(f"unknown status code name {code!r} for {method}")
+        with self._script_lock:
+            self._replies = dict(replies or {})
+            self._fail_first = dict(fail_first or {})
+            self._hang_first = dict(hang_first or {})
+            self._seen = {}
+        self.clear_events()
+
+    def calls(self, method: str) -> int:
+        """How many calls of ``method`` (e.g. ``"Ack"``) arrived since the last script."""
+        return sum(1 for event in self.events if event.method == method)
+
+    async def _behave(
+        self,
+        method: str,
+        request: Any,
+        stream: grpclib.server.Stream[Any, Any],
+        event: CallEvent,
+    ) -> tuple[str, str | None]:
+        with self._script_lock:
+            index = self._seen.get(method, 0)
+            self._seen[method] = index + 1
+            fail = self._fail_first.get(method)
+            hang = self._hang_first.get(method, 0)
+            reply = self._replies.get(method, _NO_REPLY)
+        if fail is not None and index < fail[0]:
+            raise GRPCError(Status[fail[1]], f"injected {fail[1]} #{index + 1}")
+        if index < hang:
+            await asyncio.Event().wait()
+        if reply is _NO_REPLY:
+            return await super()._behave(method, request, stream, event)
+        if callable(reply):
+            reply = reply(request)
+            if asyncio.iscoroutine(reply):
+                reply = await reply
+        await stream.send_message(reply)
+        return "OK", None

@@ -593,7 +593,7 @@ async def test_channel_lifetime_is_structured() -> None:
             assert conn is not None
         # Leaving the block closed the connection and ended its tasks.
         assert conn.closed.is_set()
-        with pytest.raises(RuntimeError, match="not open"):
+        with pytest.raises(RuntimeError, match="connection is closed"):
             channel.request("/x", None, pb.AckRequest, pb.AckResponse)  # type: ignore[arg-type]
 
 

@@ -191,7 +191,9 @@ class Channel:
         too. Raises ValueError/TypeError for malformed metadata.
         """
         if self._tg is None or self._closed:
-            raise RuntimeError("the Channel is not open (use it inside `async with`)")
+            raise RuntimeError(
+                "the connection is closed: use the client inside its `async with` block"
+            )
         absolute: float | None = None
         if timeout is not None or deadline is not None:
             now = anyio.current_time()

@@ -406,6 +406,10 @@ class Stream:
         self._initial_done = True
         call = self._call  # a transparent resend may have replaced it
         assert call is not None
+        if call.failure is not None:
+            # A local verdict (an oversized message, say) wins even when the
+            # rest of the response had already arrived.
+            raise call.failure
         headers = call.headers
         if headers is None:
             raise GRPCError(Status.UNKNOWN, "the server ended the stream without response headers")
