@@ -24,7 +24,10 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    from ._rejections import JobRejection
 
 __all__ = [
     "JSON_ENCODING",
@@ -627,6 +630,17 @@ class ServerInfo:
     strict_queues: bool
     #: Whether dead letters are kept (otherwise :meth:`Client.drain_dead_letters` is empty).
     dead_letter_retention_enabled: bool
+
+    def check(self, request: EnqueueRequest, *, now: datetime | None = None) -> JobRejection | None:
+        """The rejection these (global) limits predict for ``request``, or None.
+
+        A local convenience for failing fast; it never replaces the server's
+        verdict (queues may have their own limits, and strict mode or a full
+        queue are only known to the server).
+        """
+        from ._limits import check_request
+
+        return check_request(self, request, now=now)
 
 
 # ---------------------------------------------------------------------------- dead letters

@@ -1,0 +1,85 @@
+"""Checking a job locally against the limits a server advertises.
+
+``ServerInfo`` carries the server's *global* limits; a queue may be configured
+differently, and strict mode or a full queue can only be judged by the server.
+So this check is a convenience for failing fast (say, before building a big
+batch), never a replacement for the server's verdict: a job that passes here
+can still be rejected, and the server's answer is the one that counts.
+
+The checks and their order follow the server's own classification.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ._rejections import (
+    CustomEntriesTooMany,
+    CustomKeyTooLong,
+    CustomMapTooLarge,
+    EncodingNotAllowed,
+    IdempotencyKeyTooLong,
+    JobRejection,
+    JobTypeNameTooLong,
+    PayloadTooLarge,
+    QueueNameTooLong,
+    ScheduledTooFar,
+)
+from ._types import CustomValue, EnqueueRequest, ServerInfo
+
+__all__ = ["check_request"]
+
+
+def _value_bytes(value: CustomValue) -> int:
+    # The server's accounting: strings by UTF-8 length, bool 1, numbers 8.
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, bool):
+        return 1
+    return 8
+
+
+def check_request(
+    info: ServerInfo, request: EnqueueRequest, *, now: datetime | None = None
+) -> JobRejection | None:
+    """The rejection the server's global limits predict for ``request``, or None.
+
+    ``now`` (default: the current UTC time) resolves ``request.delay`` and is
+    compared with ``scheduled_at`` against the schedule horizon.
+    """
+    queue_bytes = len(request.queue.encode("utf-8"))
+    if queue_bytes > info.max_queue_name_bytes:
+        return QueueNameTooLong(limit=info.max_queue_name_bytes, actual=queue_bytes)
+    type_bytes = len(request.job_type.encode("utf-8"))
+    if type_bytes > info.max_job_type_bytes:
+        return JobTypeNameTooLong(limit=info.max_job_type_bytes, actual=type_bytes)
+    if request.idempotency_key is not None:
+        key_bytes = len(request.idempotency_key.encode("utf-8"))
+        if key_bytes > info.max_idempotency_key_bytes:
+            return IdempotencyKeyTooLong(limit=info.max_idempotency_key_bytes, actual=key_bytes)
+    payload = request.payload
+    if payload is not None:
+        if len(payload.data) > info.max_payload_bytes:
+            return PayloadTooLarge(limit=info.max_payload_bytes, actual=len(payload.data))
+        if info.restricts_encodings and payload.encoding not in info.allowed_encodings:
+            return EncodingNotAllowed(
+                encoding=payload.encoding, allowed=tuple(info.allowed_encodings)
+            )
+    custom = request.custom
+    if len(custom) > info.max_custom_entries:
+        return CustomEntriesTooMany(limit=info.max_custom_entries, actual=len(custom))
+    total = 0
+    for key in sorted(custom):
+        key_bytes = len(key.encode("utf-8"))
+        if key_bytes > info.max_custom_key_bytes:
+            return CustomKeyTooLong(key=key, limit=info.max_custom_key_bytes, actual=key_bytes)
+        total += key_bytes + _value_bytes(custom[key])
+    if total > info.max_custom_total_bytes:
+        return CustomMapTooLarge(limit=info.max_custom_total_bytes, actual=total)
+    moment = now if now is not None else datetime.now(UTC)
+    scheduled = request.scheduled_at
+    if request.delay is not None:
+        scheduled = moment + timedelta(seconds=request.delay)
+    if scheduled is not None and scheduled > moment + timedelta(seconds=info.max_schedule_horizon):
+        return ScheduledTooFar(horizon=info.max_schedule_horizon, actual=scheduled)
+    return None
