@@ -605,3 +605,57 @@ async def test_body_exception_is_not_wrapped_in_an_exception_group() -> None:
 
     with GrpclibTestServer() as server, pytest.raises(KeyError):
         await body(server.port)
+
+
+def _goaway_then_reply(conn: Any, event: Any, send: Any) -> None:
+    """Answer each request OK, but put a graceful GOAWAY naming that stream
+    *in front of* the response frames, in the same write."""
+    import h2.events
+    from hyperframe.frame import GoAwayFrame
+
+    if isinstance(event, h2.events.RequestReceived):
+        stream_id = event.stream_id
+        body = bytes(pb.AckResponse(job_id="done"))
+        conn.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
+        conn.send_data(stream_id, b"\x00" + len(body).to_bytes(4, "big") + body)
+        conn.send_headers(stream_id, [("grpc-status", "0")], end_stream=True)
+        reply = conn.data_to_send()
+        goaway_frame = GoAwayFrame(0)
+        goaway_frame.last_stream_id = stream_id
+        goaway_frame.error_code = 0
+        send(raw=goaway_frame.serialize() + reply)
+    else:
+        send()
+
+
+async def test_graceful_goaway_in_the_same_read_as_the_reply_still_delivers_it() -> None:
+    with RawH2Server(_goaway_then_reply) as raw:
+        async with open_stub(raw) as (_, stub):
+            first = await stub.ack(pb.AckRequest(job_id="x", attempt=1))
+            assert first.job_id == "done"
+            second = await stub.ack(pb.AckRequest(job_id="y", attempt=1))
+            assert second.job_id == "done"
+        assert raw.connections == 2
+        assert not [e for e in raw.events if e.kind == "protocol_error"]
+
+
+async def test_connection_closed_right_after_a_complete_reply_is_not_a_failure() -> None:
+    """The server answers, then hangs up at once: the answer stands."""
+    import h2.events
+
+    def reply_and_hang_up(conn: Any, event: Any, send: Any) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            stream_id = event.stream_id
+            body = bytes(pb.AckResponse(job_id="last words"))
+            conn.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
+            conn.send_data(stream_id, b"\x00" + len(body).to_bytes(4, "big") + body)
+            conn.send_headers(stream_id, [("grpc-status", "0")], end_stream=True)
+            conn.close_connection()
+            send()
+            raise ConnectionAbortedError("hang up")  # closes the socket
+        send()
+
+    with RawH2Server(reply_and_hang_up) as raw:
+        async with open_stub(raw) as (_, stub):
+            reply = await stub.ack(pb.AckRequest(job_id="x", attempt=1))
+        assert reply.job_id == "last words"

@@ -40,6 +40,7 @@ import h2.exceptions
 import h2.settings
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
+from hyperframe.frame import Frame, GoAwayFrame
 
 from ._framing import CompressedMessageError, MessageDecoder, MessageTooLargeError
 
@@ -80,6 +81,31 @@ def status_for_reset(code: int) -> Status:
         return _RST_TO_STATUS[h2.errors.ErrorCodes(code)]
     except ValueError:
         return Status.INTERNAL
+
+
+class _H2Connection(h2.connection.H2Connection):
+    """h2's connection, with graceful GOAWAY handling on the receiving side.
+
+    h2 closes its state machine on *any* GOAWAY, drops our queued output and
+    then treats every later frame as a protocol error, including the frames
+    of calls the server promised to finish (those up to last_stream_id). A
+    graceful GOAWAY (NO_ERROR) allows exactly those, so for it we keep the
+    machine open and the output intact; ``Connection.draining`` makes sure
+    no new stream is started on the connection afterwards. This has to
+    happen while h2 parses the frame: frames after the GOAWAY often arrive
+    in the same read.
+    """
+
+    def _receive_goaway_frame(
+        self, frame: GoAwayFrame
+    ) -> tuple[list[Frame], list[h2.events.Event]]:
+        if frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
+            return super()._receive_goaway_frame(frame)
+        event = h2.events.ConnectionTerminated()
+        event.error_code = h2.errors.ErrorCodes.NO_ERROR
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
 
 
 class CallState:
@@ -149,7 +175,7 @@ class Connection:
         self.max_receive_message_bytes = max_receive_message_bytes
         self._keepalive_interval = keepalive_interval
         self._keepalive_timeout = keepalive_timeout
-        self.h2 = h2.connection.H2Connection(
+        self.h2 = _H2Connection(
             config=h2.config.H2Configuration(
                 client_side=True,
                 header_encoding=None,
@@ -209,7 +235,10 @@ class Connection:
         self.draining = True
         self.ready.set()
         for call in self.calls.values():
-            call.fail(error)
+            # A call whose response has fully arrived is complete, even if
+            # its task hasn't read it yet: the loss of the link is not its.
+            if not call.ended:
+                call.fail(error)
         self._wake_slot_waiters_all()
         self._wake_window_waiters()
         if self._ping_ack is not None:
@@ -484,13 +513,8 @@ class Connection:
         if code != h2.errors.ErrorCodes.NO_ERROR:
             self.fail(self.unavailable(reason))
             return
-        # h2 closes its state machine on any GOAWAY and would then refuse the
-        # frames of the calls the server is still finishing. A graceful GOAWAY
-        # (NO_ERROR) allows them, so reopen the machine; `draining` keeps us
-        # from starting new streams on it.
-        machine = self.h2.state_machine
-        if machine.state is h2.connection.ConnectionState.CLOSED:
-            machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        # A graceful GOAWAY: _H2Connection kept h2 open for the calls the
+        # server is still finishing; `draining` stops new ones.
         self._wake_slot_waiters_all()
         if not self.calls:
             self.close_soon()

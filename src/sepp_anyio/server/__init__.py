@@ -5,12 +5,18 @@
 
 The network adapter (grpclib) and the in-memory test channel both call the engine's
 per-RPC methods; authentication is theirs, everything else is here.
+
+On the network: :func:`serve` (runs until cancelled, asyncio only), :class:`NetworkServer`
+(serve a running engine inside ``async with``), :class:`ServerThread` (a server in a
+background thread, for any backend) and :class:`ServerProcess` (``python -m
+sepp_anyio.server`` in a subprocess).
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from ._cli import ServerProcess as ServerProcess
 from ._clock import Clock as Clock
 from ._clock import ManualClock as ManualClock
 from ._config import ApiKey as ApiKey
@@ -25,6 +31,9 @@ from ._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
 from ._memory import MemoryStore as MemoryStore
+from ._network import NetworkServer as NetworkServer
+from ._network import ServerThread as ServerThread
+from ._network import serve as serve
 from ._records import DeadLetter as DeadLetter
 from ._records import DeadLetterCause as DeadLetterCause
 from ._records import JobState as JobState
@@ -47,16 +56,20 @@ __all__ = [
     "LimitsConfig",
     "ManualClock",
     "MemoryStore",
+    "NetworkServer",
     "QueueConfig",
     "QueueLimits",
     "QueueStats",
     "ServerConfig",
+    "ServerProcess",
     "ServerSection",
+    "ServerThread",
     "SqliteStore",
     "StorageConfig",
     "Store",
     "StoreContents",
     "StoredJob",
+    "serve",
 ]
 
 # Public names report this package in reprs and tracebacks.

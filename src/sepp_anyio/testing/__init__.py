@@ -3,13 +3,21 @@
 * :func:`open_in_memory_client` runs the reference server's engine inside the
   caller's event loop and gives back a real :class:`~sepp_anyio.Client`
   talking to it (trio's ``MockClock`` then drives leases and schedules).
+* :class:`ServerThread` runs a network server in a background thread (its own
+  asyncio loop), usable from tests on any backend; :class:`ServerProcess` runs
+  ``python -m sepp_anyio.server`` in a subprocess.  Both are re-exported from
+  :mod:`sepp_anyio.server`.
 * The pytest plugin (registered as ``sepp_anyio`` under ``pytest11``) adds
-  fixtures; see :mod:`sepp_anyio.testing.pytest_plugin`.
+  fixtures (``sepp_server``, ``sepp_client``, ``sepp_in_memory``); see
+  :mod:`sepp_anyio.testing.pytest_plugin`.  It is not imported here, so this
+  package does not need pytest.
 """
 
 from __future__ import annotations
 
+from ..server import ServerProcess as ServerProcess
+from ..server import ServerThread as ServerThread
 from ._in_memory import open_in_memory_client as open_in_memory_client
 from ._memory_channel import MemoryChannel as MemoryChannel
 
-__all__ = ["MemoryChannel", "open_in_memory_client"]
+__all__ = ["MemoryChannel", "ServerProcess", "ServerThread", "open_in_memory_client"]

@@ -1,0 +1,364 @@
+"""The grpclib side of the reference server: ``sepp.v1.QueueService`` and ``grpc.health.v1``.
+
+Both classes are grpclib *servables* (they implement ``__mapping__``), built over a running
+:class:`~sepp_anyio.server.Engine`:
+
+* :class:`QueueService` authenticates every call from its ``authorization`` metadata (protocol
+  §2), hands the decoded request to the engine method of the same RPC and sends the reply.
+  An :class:`~sepp_anyio.server.EngineError` becomes a status reply with the engine's status
+  and message.  It counts the calls in progress, so the network server can drain them on
+  shutdown.
+* :class:`HealthService` answers ``grpc.health.v1.Health/Check``: SERVING for ``""`` and
+  ``sepp.v1.QueueService``, NOT_SERVING once the engine is shutting down, NOT_FOUND for any
+  other service name.  Health is never authenticated (the real server wraps only
+  QueueService in its API-key interceptor).  ``Watch`` is not offered: clients get
+  UNIMPLEMENTED.
+
+The health messages are encoded by hand (two one-field messages), because grpclib's own
+health service needs the ``protobuf`` package, which is not a dependency of sepp-anyio.
+
+:class:`MessageCodec` is grpclib's protobuf codec plus the server's request-size limit
+(``limits.max_message_bytes``).
+
+Everything here runs on asyncio (grpclib's server is asyncio-only), in the event loop the
+engine runs in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import anyio
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.exceptions import GRPCError
+from grpclib.server import Stream
+
+from sepp_anyio._proto.sepp import v1 as pb
+
+from ._auth import authenticate
+from ._engine import Engine
+from ._errors import EngineError
+
+__all__ = [
+    "HEALTH_SERVICE",
+    "QUEUE_SERVICE",
+    "HealthCheckRequest",
+    "HealthCheckResponse",
+    "HealthService",
+    "MessageCodec",
+    "QueueService",
+]
+
+logger = logging.getLogger("sepp_anyio.server")
+
+QUEUE_SERVICE: Final = "sepp.v1.QueueService"
+HEALTH_SERVICE: Final = "grpc.health.v1.Health"
+
+
+@dataclass(frozen=True, slots=True)
+class _Rpc:
+    name: str
+    method: str
+    request_type: type[Any]
+    reply_type: type[Any]
+
+
+_RPCS: Final = (
+    _Rpc("EnqueueBatch", "enqueue_batch", pb.EnqueueBatchRequest, pb.EnqueueBatchResponse),
+    _Rpc("EnqueueAtomic", "enqueue_atomic", pb.EnqueueBatchRequest, pb.EnqueueAtomicResponse),
+    _Rpc("Reserve", "reserve", pb.ReserveRequest, pb.ReserveResponse),
+    _Rpc("Ack", "ack", pb.AckRequest, pb.AckResponse),
+    _Rpc("Nack", "nack", pb.NackRequest, pb.NackResponse),
+    _Rpc("Extend", "extend", pb.ExtendRequest, pb.ExtendResponse),
+    _Rpc(
+        "DrainDeadLetters",
+        "drain_dead_letters",
+        pb.DrainDeadLettersRequest,
+        pb.DrainDeadLettersResponse,
+    ),
+    _Rpc("GetServerInfo", "get_server_info", pb.GetServerInfoRequest, pb.GetServerInfoResponse),
+)
+
+
+class MessageCodec(ProtoCodec):
+    """grpclib's protobuf codec, refusing requests larger than ``max_message_bytes``.
+
+    The limit is checked when a request is decoded (grpclib has buffered the message by
+    then; it has no earlier hook).  The status and wording follow tonic, which the real
+    server uses: OUT_OF_RANGE "decoded message length too large".  A message that does not
+    parse gives INTERNAL, as in tonic.
+    """
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.max_message_bytes = max_message_bytes
+
+    def decode(self, data: bytes, message_type: type[Any]) -> Any:
+        if len(data) > self.max_message_bytes:
+            raise GRPCError(
+                Status.OUT_OF_RANGE,
+                f"Error, decoded message length too large: found {len(data)} bytes, "
+                f"the limit is: {self.max_message_bytes} bytes",
+            )
+        try:
+            return message_type.FromString(data)
+        except Exception as exc:
+            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+
+
+@final
+class QueueService:
+    """``sepp.v1.QueueService`` over an engine, as a grpclib servable.
+
+    Args:
+        engine: the running engine.  Its live config's ``[auth] api_keys`` are read on every
+            call, so a hot reload changes the accepted keys at once.
+
+    Each call: authenticate (UNAUTHENTICATED with the protocol's messages), decode, call the
+    engine, reply.  Replies (including error statuses) are sent completely before the handler
+    returns, so a call counted as finished has nothing left to write.  A call cancelled by
+    grpclib (deadline, client reset, server close) is abandoned; the engine documents what a
+    cancelled RPC leaves behind.  An unexpected exception from the engine is logged and
+    answered with INTERNAL.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._active = 0
+        self._idle: anyio.Event | None = None
+
+    @property
+    def active_calls(self) -> int:
+        """Calls in progress (between arrival and the last byte of their reply)."""
+        return self._active
+
+    async def wait_idle(self) -> None:
+        """Return once no call is in progress (at once if none is).
+
+        Cancellation: a plain cancellation point.
+        """
+        while self._active:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def __mapping__(self) -> dict[str, Handler]:
+        mapping: dict[str, Handler] = {}
+        for rpc in _RPCS:
+            method: Callable[[Any], Awaitable[Any]] = getattr(self._engine, rpc.method)
+
+            async def handle(
+                stream: Stream[Any, Any],
+                _rpc: _Rpc = rpc,
+                _method: Callable[[Any], Awaitable[Any]] = method,
+            ) -> None:
+                await self._call(stream, _rpc, _method)
+
+            mapping[f"/{QUEUE_SERVICE}/{rpc.name}"] = Handler(
+                handle, Cardinality.UNARY_UNARY, rpc.request_type, rpc.reply_type
+            )
+        return mapping
+
+    async def _call(
+        self,
+        stream: Stream[Any, Any],
+        rpc: _Rpc,
+        method: Callable[[Any], Awaitable[Any]],
+    ) -> None:
+        self._active += 1
+        try:
+            try:
+                reply = await self._serve(stream, rpc, method)
+            except GRPCError as exc:
+                await stream.send_trailing_metadata(status=exc.status, status_message=exc.message)
+                return
+            await stream.send_message(reply)
+            await stream.send_trailing_metadata()
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
+                self._idle = None
+
+    async def _serve(
+        self,
+        stream: Stream[Any, Any],
+        rpc: _Rpc,
+        method: Callable[[Any], Awaitable[Any]],
+    ) -> Any:
+        header = stream.metadata.get("authorization") if stream.metadata is not None else None
+        try:
+            # Before the body is read, like the real server's interceptor: an unauthenticated
+            # caller learns nothing about its request's validity.
+            authenticate(
+                header if isinstance(header, str) else None, self._engine.config.auth.api_keys
+            )
+            request = await stream.recv_message()
+            if request is None:
+                raise EngineError(Status.INTERNAL, "missing request message")
+            return await method(request)
+        except EngineError as exc:
+            raise GRPCError(exc.status, exc.message) from None
+        except GRPCError:
+            raise
+        except Exception:
+            logger.exception("%s failed unexpectedly", rpc.name)
+            raise GRPCError(Status.INTERNAL, "internal error") from None
+
+
+# --------------------------------------------------------------------------- health
+
+_SERVING: Final = 1
+_NOT_SERVING: Final = 2
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift >= 64:
+            raise ValueError("varint too long")
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """``(field number, value)`` of each field: an int for varints, bytes otherwise.
+
+    Raises:
+        ValueError: the bytes are not a valid protobuf message (groups are not supported).
+    """
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        field, wire_type = key >> 3, key & 7
+        value: int | bytes
+        if wire_type == 0:
+            value, pos = _read_varint(data, pos)
+        else:
+            if wire_type == 2:
+                size, pos = _read_varint(data, pos)
+            elif wire_type in (1, 5):
+                size = 8 if wire_type == 1 else 4
+            else:
+                raise ValueError(f"unsupported wire type {wire_type}")
+            if pos + size > len(data):
+                raise ValueError("truncated field")
+            value, pos = data[pos : pos + size], pos + size
+        yield field, value
+
+
+@final
+class HealthCheckRequest:
+    """``grpc.health.v1.HealthCheckRequest``: ``string service = 1``."""
+
+    __slots__ = ("service",)
+
+    def __init__(self, service: str = "") -> None:
+        self.service = service
+
+    # FromString / SerializeToString: the names grpclib's protobuf codec calls.
+    @classmethod
+    def FromString(cls, data: bytes) -> HealthCheckRequest:
+        """Parse the wire form; unknown fields are skipped.
+
+        Raises:
+            ValueError: the bytes are not a valid protobuf message.
+        """
+        service = ""
+        for field, value in _fields(data):
+            if field == 1 and isinstance(value, bytes):
+                service = value.decode("utf-8")
+        return cls(service)
+
+    def SerializeToString(self) -> bytes:
+        encoded = self.service.encode("utf-8")
+        return b"\x0a" + _varint(len(encoded)) + encoded if encoded else b""
+
+
+@final
+class HealthCheckResponse:
+    """``grpc.health.v1.HealthCheckResponse``: ``ServingStatus status = 1``."""
+
+    __slots__ = ("status",)
+
+    UNKNOWN: Final = 0
+    SERVING: Final = _SERVING
+    NOT_SERVING: Final = _NOT_SERVING
+
+    def __init__(self, status: int = 0) -> None:
+        self.status = status
+
+    @classmethod
+    def FromString(cls, data: bytes) -> HealthCheckResponse:
+        """Parse the wire form; unknown fields are skipped.
+
+        Raises:
+            ValueError: the bytes are not a valid protobuf message.
+        """
+        status = 0
+        for field, value in _fields(data):
+            if field == 1 and isinstance(value, int):
+                status = value
+        return cls(status)
+
+    def SerializeToString(self) -> bytes:
+        # proto3: a zero enum is the default and is left off the wire.
+        return b"\x08" + _varint(self.status) if self.status else b""
+
+
+@final
+class HealthService:
+    """``grpc.health.v1.Health/Check`` for the queue service, as a grpclib servable.
+
+    Args:
+        engine: the engine whose shutdown turns the status to NOT_SERVING.
+    """
+
+    SERVICES: Final = frozenset({"", QUEUE_SERVICE})
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            f"/{HEALTH_SERVICE}/Check": Handler(
+                self._check, Cardinality.UNARY_UNARY, HealthCheckRequest, HealthCheckResponse
+            )
+        }
+
+    async def _check(self, stream: Stream[Any, Any]) -> None:
+        try:
+            request = await stream.recv_message()
+        except GRPCError as exc:
+            await stream.send_trailing_metadata(status=exc.status, status_message=exc.message)
+            return
+        service = request.service if request is not None else ""
+        if service not in self.SERVICES:
+            await stream.send_trailing_metadata(
+                status=Status.NOT_FOUND, status_message=f"unknown service {service!r}"
+            )
+            return
+        status = _NOT_SERVING if self._engine.shutting_down else _SERVING
+        await stream.send_message(HealthCheckResponse(status))
+        await stream.send_trailing_metadata()

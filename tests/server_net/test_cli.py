@@ -1,0 +1,181 @@
+"""``python -m sepp_anyio.server``: flags, config errors, env overrides, signals.
+
+Each test that needs a running server starts a subprocess (``ServerProcess`` waits for the
+listening line); bad invocations are run to completion with ``subprocess.run``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+import sepp_anyio as sepp
+from sepp_anyio.server import ServerProcess
+from sepp_anyio.server._cli import build_parser, main
+
+pytestmark = pytest.mark.anyio
+
+_RUN_TIMEOUT = 30
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sepp_anyio.server", *args],
+        capture_output=True,
+        text=True,
+        timeout=_RUN_TIMEOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def test_help() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    for flag in ("--host", "--port", "--db", "--memory", "--config", "--api-key", "--tls-cert"):
+        assert flag in result.stdout
+    assert result.stdout.startswith("usage: python -m sepp_anyio.server")
+
+
+def test_main_is_callable_for_delegation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"], prog="sepp-anyio server") == 0
+    assert capsys.readouterr().out.startswith("usage: sepp-anyio server")
+    assert main(["--db", "x", "--memory"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert build_parser().parse_args(["--port", "0"]).port == 0
+
+
+async def test_listening_line_has_the_real_port() -> None:
+    server = ServerProcess("--memory", "--port", "0")
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        assert server.port > 0
+        lines = [line for line in server.output.splitlines() if "listening" in line]
+        assert len(lines) == 1
+        assert lines[0].endswith(f"queue server listening on 127.0.0.1:{server.port}")
+        async with sepp.connect(server.address) as client:
+            await client.server_info()
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+@pytest.mark.parametrize("level", ["ERROR", "warning"])
+def test_listening_line_is_printed_at_any_log_level(level: str) -> None:
+    with ServerProcess("--memory", "--port", "0", "--log-level", level) as server:
+        assert server.port > 0
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[limits]\nmax_payload_bytes = 'big'\n", "limits.max_payload_bytes"),
+        ("[limits]\nno_such_limit = 1\n", "limits.no_such_limit"),
+        ("[[queues]]\nname = 'a/b'\n", "queues[0].name"),
+        ("[auth]\napi_keys = ['has space']\n", "auth.api_keys[0]"),
+        ("not toml at all [", "config"),
+    ],
+)
+def test_bad_config_names_the_key_and_exits_2(tmp_path: Path, toml: str, key: str) -> None:
+    path = tmp_path / "sepp.toml"
+    path.write_text(toml)
+    result = _run("--memory", "--port", "0", "--config", str(path))
+    assert result.returncode == 2, result.stderr
+    assert f"error: {key} " in result.stderr
+    assert "listening" not in result.stderr
+
+
+def test_bad_env_override_names_the_key() -> None:
+    env = {**os.environ, "SEPP_STORAGE__DEAD_LETTER_RETENTION_MS": "-5"}
+    result = _run("--memory", "--port", "0", env=env)
+    assert result.returncode == 2
+    assert "storage.dead_letter_retention_ms must be >= 0" in result.stderr
+
+
+def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    result = _run("--memory", "--config", str(tmp_path / "absent.toml"))
+    assert result.returncode == 2
+    assert "config file not found" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--db", "x.sqlite3", "--memory"], ["--port", "70000"], ["--tls-cert", "c.pem"]],
+)
+def test_bad_flags_exit_2(args: list[str]) -> None:
+    result = _run(*args)
+    assert result.returncode == 2
+    assert "error:" in result.stderr
+
+
+def test_unusable_database_exits_1(tmp_path: Path) -> None:
+    result = _run("--port", "0", "--db", str(tmp_path / "no" / "such" / "dir.sqlite3"))
+    assert result.returncode == 1
+    assert "unable to open database file" in result.stderr
+
+
+async def test_env_override_applies() -> None:
+    env = {**os.environ, "SEPP_LIMITS__MAX_PAYLOAD_BYTES": "10"}
+    server = ServerProcess("--memory", "--port", "0", env=env)
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        async with sepp.connect(server.address) as client:
+            (result,) = await client.enqueue_batch(
+                [sepp.EnqueueRequest("cli-env", "t", payload=sepp.Payload(b"x" * 20, "a/b"))]
+            )
+            assert result == sepp.PayloadTooLarge(limit=10, actual=20)
+            assert (await client.server_info()).max_payload_bytes == 10
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+async def test_config_file_and_api_key_flag(tmp_path: Path) -> None:
+    path = tmp_path / "sepp.toml"
+    path.write_text("[auth]\napi_keys = ['from-file']\n[server]\nstrict_queues = true\n")
+    server = ServerProcess("--memory", "--port", "0", "--config", str(path), "--api-key", "flag")
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        assert "TLS is off" in server.output
+        async with sepp.connect(server.address, api_key="from-file") as client:
+            with pytest.raises(sepp.UnauthenticatedError):
+                await client.server_info()
+        async with sepp.connect(server.address, api_key="flag") as client:
+            assert (await client.server_info()).strict_queues is True
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_signal_stops_gracefully_with_exit_0(signum: signal.Signals) -> None:
+    server = ServerProcess("--memory", "--port", "0")
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        async with sepp.connect(server.address) as client:
+            result: list[sepp.Job] | None = None
+
+            async def park() -> None:
+                nonlocal result
+                result = await client.reserve(["cli-signal"], lease=5.0, wait=30.0)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(park)
+                # The reserve is on the wire once its task blocks.  A later call on the same
+                # connection being answered then shows the server has started handling the
+                # reserve (grpclib starts handlers in stream order), so the stop waits for it.
+                await anyio.wait_all_tasks_blocked()
+                await client.server_info()
+                os.kill(server.pid, signum)
+                status = await anyio.to_thread.run_sync(lambda: server.wait(10))
+            assert result == []
+        assert status == 0
+        assert re.search(rf"{signum.name} received; shutting down", server.output)
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
