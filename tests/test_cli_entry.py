@@ -1,0 +1,68 @@
+"""The ``sepp-anyio`` command's dispatcher (subcommands have their own tests)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sepp_anyio._cli import main
+
+
+def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "server" in capsys.readouterr().out
+
+
+def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_unknown_command_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'frobnicate'" in err
+    assert "Traceback" not in err
+
+
+def test_server_subcommand_delegates_to_the_server_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["server", "--help"]) == 0
+    assert "sepp-anyio server" in capsys.readouterr().out
+
+
+def test_console_script_and_python_dash_m_run() -> None:
+    script = shutil.which("sepp-anyio", path=str(Path(sys.executable).parent))
+    assert script is not None, "the console script is installed with the package"
+    for command in ([script, "--version"], [sys.executable, "-m", "sepp_anyio", "--version"]):
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
+        assert out.stdout.startswith("sepp-anyio ")
+
+
+def test_server_subcommand_serves(tmp_path: Path) -> None:
+    script = shutil.which("sepp-anyio", path=str(Path(sys.executable).parent))
+    assert script is not None
+    process = subprocess.Popen(
+        [script, "server", "--memory", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert process.stderr is not None
+        for _ in range(50):
+            line = process.stderr.readline()
+            if "queue server listening on 127.0.0.1:" in line:
+                break
+        else:
+            pytest.fail("no listening line")
+    finally:
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        if process.stderr is not None:
+            process.stderr.close()
