@@ -69,6 +69,9 @@ async def heartbeat(
 ) -> None:
     """Extend ``run``'s lease until cancelled; cancel the job if the lease is lost.
 
+    After a manual ``ctx.extend`` that reached past ``lease`` from now, the heartbeat sends
+    no extension (it would shorten that lease) and follows the new expiry instead.
+
     Args:
         lease: seconds asked for on every extension.
         interval: fixed seconds between extensions, or None for one third of
@@ -82,6 +85,9 @@ async def heartbeat(
     Never raises except cancellation: extension errors are decided here.
     """
     ctx = run.ctx
+    # The expiry granted to the heartbeat itself (or by the reserve); ctx.lease_expires_at
+    # differs from it after a manual ctx.extend.
+    own_expiry = ctx.lease_expires_at
     stop_extending_at = (
         math.inf if max_lease_time is None else anyio.current_time() + max_lease_time
     )
@@ -106,6 +112,15 @@ async def heartbeat(
         await anyio.sleep(min(wait, max(stop_extending_at - now, 0.0)))
         if anyio.current_time() >= stop_extending_at:
             continue
+        if (
+            ctx.lease_expires_at != own_expiry
+            and _seconds_left(ctx.lease_expires_at, wall_clock) >= lease
+        ):
+            # The handler extended by hand (ctx.extend) past what an extension would give:
+            # sending one now would cut its longer lease back down to ``lease``. Follow the
+            # expiry it got instead. (Only after a manual extension: without one, a fixed
+            # interval never depends on the client's and server's clocks agreeing.)
+            continue
         try:
             expiry = await ctx.extend(lease)
         except (JobNotFoundError, AttemptMismatchError) as exc:
@@ -128,4 +143,5 @@ async def heartbeat(
                 # Don't spin: the next try comes after a third of what is left.
                 continue
         else:
+            own_expiry = expiry
             log.debug("lease extended to %s", expiry.isoformat())

@@ -77,6 +77,17 @@ def _failure_backoff(attempt: int) -> float:
     return float(min(2 ** min(attempt, 16), _MAX_FAILURE_BACKOFF))
 
 
+def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The single leaf of ``group`` (through nested single-member groups), if it is one
+    exception that is not a cancellation; else None."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        if len(error.exceptions) != 1:
+            return None
+        error = error.exceptions[0]
+    return None if isinstance(error, anyio.get_cancelled_exc_class()) else error
+
+
 def default_worker_id() -> str:
     """``<host>-<pid>-<8 hex>``; the host from $HOSTNAME/$COMPUTERNAME if set."""
     host = os.environ.get("HOSTNAME") or os.environ.get("COMPUTERNAME") or socket.gethostname()
@@ -241,6 +252,8 @@ class Worker:
         self._running = False
         self._stop: anyio.Event | None = None
         self._reserve_scope: anyio.CancelScope | None = None
+        # Set once the current reserve has unwound (see _wait_for_cancelled_reserve).
+        self._reserve_unwound: anyio.Event | None = None
         self._runs: set[JobRun] = set()
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -365,7 +378,8 @@ class Worker:
         Cancellation: cancels every handler at once; jobs still running are
         left to lease expiry (not settled); returns only when every task of
         the worker has ended. ``KeyboardInterrupt`` and other non-``Exception``
-        errors propagate. A worker can run once at a time.
+        errors propagate (a lone one as itself, not wrapped in exception groups).
+        A worker can run once at a time.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
@@ -387,6 +401,13 @@ class Worker:
                 task_status.started()
                 await self._reserve_loop(tg, limiter)
                 await self._drain()
+        except BaseExceptionGroup as group:
+            # The task groups are an implementation detail: one error (a handler's
+            # KeyboardInterrupt, say) comes out as itself, not nested in two groups.
+            error = _lone_error(group)
+            if error is None:
+                raise
+            raise error from None
         finally:
             self._tg = None
             self._running = False
@@ -420,9 +441,10 @@ class Worker:
             # come back wrapped); the worker drains either way.
             await tg.__aexit__(None, None, None)
         except BaseExceptionGroup as group:
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            error = _lone_error(group)
+            if error is None:
+                raise
+            raise error from None
 
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
         stop = self._stop
@@ -431,6 +453,7 @@ class Worker:
             first = object()
             holding = False
             jobs: list[Job] | None = None
+            unwound = self._reserve_unwound = anyio.Event()
             with anyio.CancelScope() as scope:
                 self._reserve_scope = scope
                 if stop.is_set():
@@ -441,6 +464,7 @@ class Worker:
                 holding = True
                 jobs = await self._reserve(limiter)
             self._reserve_scope = None
+            unwound.set()
             if not jobs:
                 # Failed (already backed off), empty, or interrupted by
                 # shutdown; a reserve that *returned* jobs is never dropped.
@@ -478,6 +502,21 @@ class Worker:
         if not jobs and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2):
             await self._pause(_EARLY_EMPTY_PAUSE)
         return jobs
+
+    async def _wait_for_cancelled_reserve(self) -> None:
+        """If shutdown has cancelled a reserve that is still unwinding, wait until it has.
+
+        A reserve cancelled here stays parked on the server until its stream reset
+        arrives. A nack for retry sent before that reset would make the job ready while
+        the dead reserve is still parked, and the server would lease it to that reserve,
+        which nobody reads: the job would sit out a whole lease (or be dead-lettered as
+        LEASE_EXPIRED on its last attempt) instead of going to the next worker at once.
+        The reserve's cleanup sends the reset before it unwinds, so waiting for that
+        puts the reset on the connection ahead of the nack.
+        """
+        scope, unwound = self._reserve_scope, self._reserve_unwound
+        if scope is not None and scope.cancel_called and unwound is not None:
+            await unwound.wait()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake up early when shutdown is requested."""
@@ -546,8 +585,8 @@ class Worker:
         directive: RetryDirective | None = None  # None: ack
         reason = ""
         with run.scope:
-            async with anyio.create_task_group() as tg:
-                if self._auto_extend or self._max_lease_time is not None:
+            if self._auto_extend or self._max_lease_time is not None:
+                async with anyio.create_task_group() as tg:
                     tg.start_soon(
                         functools.partial(
                             heartbeat,
@@ -560,28 +599,14 @@ class Worker:
                             log=log,
                         )
                     )
-                try:
-                    deadline = (
-                        math.inf
-                        if self._job_timeout is None
-                        else anyio.current_time() + self._job_timeout
-                    )
-                    with anyio.CancelScope(deadline=deadline) as timeout:
-                        await handler(job.payload, ctx)
-                    if timeout.cancelled_caught:
-                        log.warning("handler timed out after %gs", self._job_timeout)
-                        directive, reason = RetryDirective.default(), "timed out"
-                except HandlerError as exc:
-                    directive, reason = exc.directive, exc.reason
-                    log.info("handler asked for %s", exc)
-                except Exception as exc:
-                    delay = _failure_backoff(ctx.attempt)
-                    log.exception("handler raised %s; retrying in %gs", type(exc).__name__, delay)
-                    directive = RetryDirective.after(delay)
-                    reason = f"handler raised {type(exc).__name__}: {exc}"
-                finally:
-                    # The heartbeat lives exactly as long as the handler.
-                    tg.cancel_scope.cancel()
+                    try:
+                        directive, reason = await self._call(handler, job, log)
+                    finally:
+                        # The heartbeat lives exactly as long as the handler.
+                        tg.cancel_scope.cancel()
+            else:
+                # Nothing to watch: no heartbeat task, no task group (cheaper per job).
+                directive, reason = await self._call(handler, job, log)
 
         if run.lease_lost:
             # The flag decides, even if the handler swallowed the cancellation
@@ -594,6 +619,29 @@ class Worker:
             reason = "worker shut down before the handler finished (drain_timeout)"
         await self._settle(ctx, log, directive, reason)
 
+    async def _call(
+        self, handler: Handler, job: Job, log: logging.LoggerAdapter[logging.Logger]
+    ) -> tuple[RetryDirective | None, str]:
+        """Run the handler; return the outcome: ``(None, "")`` to ack, else the nack's
+        directive and reason. Cancellation and non-``Exception`` errors propagate."""
+        try:
+            if self._job_timeout is None:
+                await handler(job.payload, job.ctx)
+            else:
+                with anyio.move_on_after(self._job_timeout) as timeout:
+                    await handler(job.payload, job.ctx)
+                if timeout.cancelled_caught:
+                    log.warning("handler timed out after %gs", self._job_timeout)
+                    return RetryDirective.default(), "timed out"
+        except HandlerError as exc:
+            log.info("handler asked for %s", exc)
+            return exc.directive, exc.reason
+        except Exception as exc:
+            delay = _failure_backoff(job.ctx.attempt)
+            log.exception("handler raised %s; retrying in %gs", type(exc).__name__, delay)
+            return RetryDirective.after(delay), f"handler raised {type(exc).__name__}: {exc}"
+        return None, ""
+
     async def _settle(
         self,
         ctx: JobCtx,
@@ -602,13 +650,16 @@ class Worker:
         reason: str,
     ) -> None:
         """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_TIMEOUT) as bound:
+        # One scope: shielded from outer cancellation, but cancelled by its own deadline.
+        deadline = anyio.current_time() + _SETTLE_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=deadline) as bound:
             try:
                 if directive is None:
                     await self._client.ack(ctx)
                     self._processed += 1
                     log.debug("acked")
                 else:
+                    await self._wait_for_cancelled_reserve()
                     dead = await self._client.nack(ctx, directive, reason)
                     if dead:
                         self._nacked_dead += 1

@@ -1,0 +1,324 @@
+"""One worker measurement in a fresh process, for ``benchmarks/worker.py``.
+
+Usage: ``python benchmarks/_worker_child.py '<json spec>'``; prints one JSON object.
+
+The spec names the client (``sepp-anyio/asyncio``, ``sepp-anyio/trio`` or ``sepp-py``), the
+server address and the scenario:
+
+* ``throughput``: for each of ``rows`` (``jobs``, ``max_in_flight``, handler ``sleep``):
+  enqueue the jobs, then time a worker whose handler returns at once or awaits ``sleep``
+  seconds, from its start until ``run()`` returns after the last job was handled and every
+  ack was sent (the last handler asks for shutdown). One connection for all rows, after a
+  warm-up. -> per row ``jobs_per_s``, ``cpu_ms`` (this process's CPU ms per job) and
+  ``jobs_per_reserve``.
+* ``latency``: an idle worker parked in its long poll; ``samples`` times, one job is
+  enqueued (from a second connection in the same process) and the time from just before the
+  enqueue call to the handler's first line is recorded. -> ``p50_ms``, ``p99_ms``.
+* ``memory``: enqueue ``jobs`` jobs and let a worker with ``max_in_flight=jobs`` hold them all
+  in flight at once. -> ``rss_mb`` (resident set size then), ``delta_mb`` (over the same
+  process before the worker started), ``peak_mb`` (the process's peak RSS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+BATCH = 256
+WARMUP_JOBS = 200
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _queue() -> str:
+    return f"bench-{uuid.uuid4().hex[:12]}"
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {"p50_ms": statistics.median(ordered) * 1000, "p99_ms": p99 * 1000}
+
+
+# --------------------------------------------------------------------------- sepp-anyio
+
+
+async def _ours(spec: dict[str, Any]) -> Any:
+    import anyio
+
+    import sepp_anyio
+    from sepp_anyio import Client, EnqueueRequest, JobCtx, Payload, Worker
+
+    address: str = spec["address"]
+
+    async def enqueue(client: Client, queue: str, count: int) -> None:
+        for start in range(0, count, BATCH):
+            size = min(BATCH, count - start)
+            await client.enqueue_batch([EnqueueRequest(queue, "t") for _ in range(size)])
+
+    async def throughput(client: Client, jobs: int, max_in_flight: int, sleep: float) -> float:
+        queue = _queue()
+        await enqueue(client, queue, jobs)
+        worker = Worker(client, [queue], max_in_flight=max_in_flight, wait=30.0)
+        handled = 0
+
+        async def handler(payload: Payload | None, ctx: JobCtx) -> None:
+            nonlocal handled
+            if sleep:
+                await anyio.sleep(sleep)
+            handled += 1
+            if handled == jobs:
+                worker.shutdown()
+
+        worker.handle("t", handler)
+        started = time.perf_counter()
+        await worker.run()
+        elapsed = time.perf_counter() - started
+        assert worker.statistics().processed == jobs, worker.statistics()
+        reserves[0] = worker.statistics().reserves
+        return elapsed
+
+    reserves = [0]
+    async with sepp_anyio.connect(address) as client:
+        scenario = spec["scenario"]
+        if scenario == "throughput":
+            await throughput(client, WARMUP_JOBS, 16, 0.0)
+            results = []
+            for jobs, max_in_flight, sleep in spec["rows"]:
+                cpu = _cpu()
+                elapsed = await throughput(client, jobs, max_in_flight, sleep)
+                cpu = _cpu() - cpu
+                results.append(
+                    {
+                        "jobs_per_s": jobs / elapsed,
+                        "cpu_ms": cpu / jobs * 1000,
+                        "jobs_per_reserve": jobs / reserves[0],
+                    }
+                )
+            return results
+
+        if scenario == "latency":
+            queue = _queue()
+            worker = Worker(client, [queue], max_in_flight=16, wait=30.0)
+            started_at: list[float] = []
+            arrived = anyio.Event()
+
+            async def record(payload: Payload | None, ctx: JobCtx) -> None:
+                nonlocal arrived
+                started_at.append(time.perf_counter())
+                arrived.set()
+
+            worker.handle("t", record)
+            samples: list[float] = []
+            async with sepp_anyio.connect(address) as producer, worker:
+                await anyio.sleep(0.1)  # let the worker park its first reserve
+                for _ in range(spec["samples"]):
+                    arrived = anyio.Event()
+                    before = time.perf_counter()
+                    await producer.enqueue(EnqueueRequest(queue, "t"))
+                    await arrived.wait()
+                    samples.append(started_at[-1] - before)
+                    await anyio.sleep(0.005)  # the ack goes out, the worker parks again
+            return _percentiles(samples)
+
+        if scenario == "memory":
+            jobs = spec["jobs"]
+            queue = _queue()
+            await enqueue(client, queue, jobs)
+            gc.collect()
+            base = _rss_mb()
+            worker = Worker(client, [queue], max_in_flight=jobs, wait=30.0)
+            held = 0
+            all_in, release = anyio.Event(), anyio.Event()
+
+            async def hold(payload: Payload | None, ctx: JobCtx) -> None:
+                nonlocal held
+                held += 1
+                if held == jobs:
+                    all_in.set()
+                await release.wait()
+
+            worker.handle("t", hold)
+            async with worker:
+                await all_in.wait()
+                rss = _rss_mb()
+                release.set()
+            return {"rss_mb": rss, "delta_mb": rss - base, "peak_mb": _peak_mb()}
+    raise ValueError(spec["scenario"])
+
+
+# --------------------------------------------------------------------------- sepp-py
+
+
+async def _sepp_py(spec: dict[str, Any]) -> Any:
+    import sepp
+    from sepp.types import Job, JobCtx, Payload, ReserveOptions
+
+    address: str = spec["address"]
+
+    async def enqueue(client: sepp.SeppClient, queue: str, count: int) -> None:
+        for start in range(0, count, BATCH):
+            size = min(BATCH, count - start)
+            await client.enqueue_batch([sepp.EnqueueRequest(queue, "t") for _ in range(size)])
+
+    def make_worker(
+        client: sepp.SeppClient,
+        queue: str,
+        max_in_flight: int,
+        handler: Callable[[Payload | None, JobCtx], Awaitable[None]],
+    ) -> sepp.Worker:
+        worker = sepp.Worker(
+            client,
+            [queue],
+            timedelta(seconds=30),
+            wait_timeout=timedelta(seconds=30),
+            max_in_flight=max_in_flight,
+        )
+        worker.handle("t", handler)
+        return worker
+
+    async def throughput(
+        client: sepp.SeppClient, jobs: int, max_in_flight: int, sleep: float
+    ) -> float:
+        queue = _queue()
+        await enqueue(client, queue, jobs)
+        handled = 0
+        stops: list[sepp.ShutdownHandle] = []
+
+        async def handler(payload: Payload | None, ctx: JobCtx) -> None:
+            nonlocal handled
+            if sleep:
+                await asyncio.sleep(sleep)
+            handled += 1
+            if handled == jobs:
+                stops[0].shutdown()
+
+        worker = make_worker(client, queue, max_in_flight, handler)
+        stops.append(worker.shutdown_handle())
+        started = time.perf_counter()
+        await worker.run()
+        elapsed = time.perf_counter() - started
+        assert handled == jobs
+        return elapsed
+
+    client = await sepp.SeppClient.connect(address)
+    reserves = [0]
+    real_reserve = client.reserve
+
+    async def counted_reserve(options: ReserveOptions) -> list[Job] | None:
+        reserves[0] += 1
+        return await real_reserve(options)
+
+    client.reserve = counted_reserve  # type: ignore[method-assign,assignment]
+    try:
+        scenario = spec["scenario"]
+        if scenario == "throughput":
+            await throughput(client, WARMUP_JOBS, 16, 0.0)
+            results = []
+            for jobs, max_in_flight, sleep in spec["rows"]:
+                cpu = _cpu()
+                reserves[0] = 0
+                elapsed = await throughput(client, jobs, max_in_flight, sleep)
+                cpu = _cpu() - cpu
+                results.append(
+                    {
+                        "jobs_per_s": jobs / elapsed,
+                        "cpu_ms": cpu / jobs * 1000,
+                        "jobs_per_reserve": jobs / reserves[0],
+                    }
+                )
+            return results
+
+        if scenario == "latency":
+            queue = _queue()
+            started_at: list[float] = []
+            arrived = asyncio.Event()
+
+            async def record(payload: Payload | None, ctx: JobCtx) -> None:
+                started_at.append(time.perf_counter())
+                arrived.set()
+
+            worker = make_worker(client, queue, 16, record)
+            producer = await sepp.SeppClient.connect(address)
+            task = asyncio.create_task(worker.run())
+            samples: list[float] = []
+            try:
+                await asyncio.sleep(0.1)
+                for _ in range(spec["samples"]):
+                    arrived.clear()
+                    before = time.perf_counter()
+                    await producer.enqueue(sepp.EnqueueRequest(queue, "t"))
+                    await arrived.wait()
+                    samples.append(started_at[-1] - before)
+                    await asyncio.sleep(0.005)
+            finally:
+                worker.shutdown_handle().shutdown()
+                await task
+                await producer.close()
+            return _percentiles(samples)
+
+        if scenario == "memory":
+            jobs = spec["jobs"]
+            queue = _queue()
+            await enqueue(client, queue, jobs)
+            gc.collect()
+            base = _rss_mb()
+            held = 0
+            all_in, release = asyncio.Event(), asyncio.Event()
+
+            async def hold(payload: Payload | None, ctx: JobCtx) -> None:
+                nonlocal held
+                held += 1
+                if held == jobs:
+                    all_in.set()
+                await release.wait()
+
+            worker = make_worker(client, queue, jobs, hold)
+            task = asyncio.create_task(worker.run())
+            await all_in.wait()
+            rss = _rss_mb()
+            release.set()
+            worker.shutdown_handle().shutdown()
+            await task
+            return {"rss_mb": rss, "delta_mb": rss - base, "peak_mb": _peak_mb()}
+    finally:
+        await client.close()
+    raise ValueError(spec["scenario"])
+
+
+def measure(spec: dict[str, Any]) -> Any:
+    kind = spec["kind"]
+    if kind == "sepp-py":
+        return asyncio.run(_sepp_py(spec))
+    if kind.startswith("sepp-anyio/"):
+        import anyio
+
+        return anyio.run(_ours, spec, backend=kind.split("/", 1)[1])
+    raise ValueError(kind)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(json.loads(sys.argv[1]))))

@@ -1,0 +1,159 @@
+"""Worker benchmark: jobs/s, pickup latency and memory, against one network reference server.
+
+Usage: ``python benchmarks/worker.py [--rounds R] [--scale S]`` (defaults take ~1.5 min)
+
+Starts one reference server (``python -m sepp_anyio.server --memory``, its own process) and
+measures, in the same run and against that server:
+
+* ``sepp-anyio/asyncio`` and ``sepp-anyio/trio``: this library's Worker on each backend;
+* ``sepp-py``: the official asyncio client's Worker (grpcio), the baseline of every ratio.
+
+Every measurement runs in a fresh process (``_worker_child.py``), so CPU time and memory are
+its own; the clients take turns, round after round, and the best round of each is kept
+(memory is measured in the first round only).
+Reported:
+
+* throughput (jobs/s; enqueueing is not timed) for a handler that returns at once and one
+  that awaits 10 ms, with ``max_in_flight`` 1, 16 and 128, and the worker process's CPU ms
+  per job;
+* enqueue-to-handler-start latency (p50/p99) of an idle worker parked in its long poll;
+* memory with 10,000 jobs in flight at once (RSS then, and its growth over the same process
+  before the worker started).
+
+The server is a Python process on the same machine: where it is the bottleneck, a ratio
+reads "as fast as the server allows", and on a machine with few cores the client's CPU per
+job decides how much is left for the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sepp_anyio.testing import ServerProcess
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "_worker_child.py"
+KINDS = ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio"]
+BASELINE = "sepp-py"
+# (label, jobs at scale 1, max_in_flight, handler sleep)
+THROUGHPUT_ROWS = [
+    ("no-op, max_in_flight 1", 500, 1, 0.0),
+    ("no-op, max_in_flight 16", 1500, 16, 0.0),
+    ("no-op, max_in_flight 128", 2000, 128, 0.0),
+    ("10 ms, max_in_flight 1", 80, 1, 0.01),
+    ("10 ms, max_in_flight 16", 1000, 16, 0.01),
+    ("10 ms, max_in_flight 128", 2000, 128, 0.01),
+]
+LATENCY_SAMPLES = 200
+MEMORY_JOBS = 10_000
+
+
+def run_child(spec: dict[str, Any]) -> Any:
+    out = subprocess.run(
+        [sys.executable, str(CHILD), json.dumps(spec)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{spec['kind']} {spec['scenario']} failed:\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def _best(runs: list[dict[str, float]], key: str, *, lower: bool = False) -> float:
+    return (min if lower else max)(run[key] for run in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="runs per cell, best kept")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the job counts")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    rows = [
+        (max(1, round(jobs * args.scale)), max_in_flight, sleep)
+        for _, jobs, max_in_flight, sleep in THROUGHPUT_ROWS
+    ]
+    throughput: dict[str, list[list[dict[str, float]]]] = {kind: [] for kind in KINDS}
+    latency: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    memory: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    server = ServerProcess("--memory", "--port", "0", "--log-level", "WARNING")
+    server.start()
+    print(f"server at {server.address}", file=sys.stderr)
+    try:
+        for round_no in range(1, args.rounds + 1):
+            for kind in KINDS:
+                base = {"kind": kind, "address": server.address}
+                results = run_child({**base, "scenario": "throughput", "rows": rows})
+                throughput[kind].append(results)
+                for (label, *_), result in zip(THROUGHPUT_ROWS, results, strict=True):
+                    print(
+                        f"round {round_no} {kind:19s} {label:25s} "
+                        f"{result['jobs_per_s']:6.0f} jobs/s  {result['cpu_ms']:.2f} ms CPU/job"
+                        f"  {result['jobs_per_reserve']:.1f} jobs/reserve",
+                        file=sys.stderr,
+                    )
+                spec = {**base, "scenario": "latency", "samples": LATENCY_SAMPLES}
+                latency[kind].append(run_child(spec))
+                print(f"round {round_no} {kind:19s} latency {latency[kind][-1]}", file=sys.stderr)
+                if round_no == 1:  # steady from run to run: once is enough
+                    spec = {**base, "scenario": "memory", "jobs": MEMORY_JOBS}
+                    memory[kind].append(run_child(spec))
+                    print(f"round 1 {kind:19s} memory {memory[kind][-1]}", file=sys.stderr)
+    finally:
+        server.stop()
+
+    print(
+        f"\nWorker throughput against one network reference server: jobs/s (ratio vs "
+        f"{BASELINE}; worker process CPU ms per job), best of {args.rounds}\n"
+    )
+    print("| handler, max_in_flight | " + " | ".join(KINDS) + " |")
+    print("|---|" + "---|" * len(KINDS))
+    for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
+        per_kind = {kind: [runs[index] for runs in throughput[kind]] for kind in KINDS}
+        rate = {kind: _best(runs, "jobs_per_s") for kind, runs in per_kind.items()}
+        cpu = {kind: _best(runs, "cpu_ms", lower=True) for kind, runs in per_kind.items()}
+        cells = [
+            f"{rate[kind]:.0f} ({rate[kind] / rate[BASELINE]:.2f}x; {cpu[kind]:.2f} ms)"
+            for kind in KINDS
+        ]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+    print(
+        f"\nEnqueue-to-handler-start latency of an idle worker in long poll, ms "
+        f"({LATENCY_SAMPLES} jobs one at a time; ratio vs {BASELINE})\n"
+    )
+    print("| client | p50 | p99 |")
+    print("|---|---|---|")
+    p50 = {kind: _best(latency[kind], "p50_ms", lower=True) for kind in KINDS}
+    p99 = {kind: _best(latency[kind], "p99_ms", lower=True) for kind in KINDS}
+    for kind in KINDS:
+        print(
+            f"| {kind} | {p50[kind]:.2f} ({p50[kind] / p50[BASELINE]:.2f}x) "
+            f"| {p99[kind]:.2f} ({p99[kind] / p99[BASELINE]:.2f}x) |"
+        )
+
+    print(f"\nMemory with {MEMORY_JOBS:,} jobs in flight, MiB (ratio vs {BASELINE})\n")
+    print("| client | RSS then | growth over idle | peak RSS of the process |")
+    print("|---|---|---|---|")
+    rss = {kind: _best(memory[kind], "rss_mb", lower=True) for kind in KINDS}
+    delta = {kind: _best(memory[kind], "delta_mb", lower=True) for kind in KINDS}
+    peak = {kind: _best(memory[kind], "peak_mb", lower=True) for kind in KINDS}
+    for kind in KINDS:
+        print(
+            f"| {kind} | {rss[kind]:.1f} | {delta[kind]:.1f} "
+            f"({delta[kind] / delta[BASELINE]:.2f}x) | {peak[kind]:.1f} |"
+        )
+    print(f"\ntotal {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Worker construction and handler registration (no event loop needed)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, cast
+
+import pytest
+
+from sepp_anyio import Client, DuplicateHandlerError, JobCtx, Payload, Worker
+
+CLIENT = cast("Client", object())  # the constructor only stores it
+
+
+async def noop(payload: Payload | None, ctx: JobCtx) -> None:
+    return None
+
+
+async def other(payload: Payload | None, ctx: JobCtx) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"lease": 0}, "lease"),
+        ({"lease": -1.0}, "lease"),
+        ({"lease": float("nan")}, "lease"),
+        ({"lease": float("inf")}, "lease"),
+        ({"wait": 0}, "wait"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"max_jobs": 0}, "max_jobs"),
+        ({"auto_extend": 0.0}, "auto_extend"),
+        ({"auto_extend": -2}, "auto_extend"),
+        ({"reserve_error_backoff": -0.5}, "reserve_error_backoff"),
+        ({"worker_id": ""}, "worker_id"),
+        ({"job_timeout": 0}, "job_timeout"),
+        ({"max_lease_time": -1}, "max_lease_time"),
+        ({"drain_timeout": -1}, "drain_timeout"),
+        ({"drain_timeout": float("nan")}, "drain_timeout"),
+    ],
+)
+def test_invalid_values_raise_value_error_naming_the_argument(
+    kwargs: dict[str, Any], name: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        Worker(CLIENT, ["q"], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("queues", "pattern"), [([], "queues"), ([""], r"queues\[0\]"), (["a", ""], r"queues\[1\]")]
+)
+def test_bad_queues_raise_value_error_naming_them(queues: list[str], pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        Worker(CLIENT, queues)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"lease": "30"}, "lease"),
+        ({"max_in_flight": 2.0}, "max_in_flight"),
+        ({"max_jobs": True}, "max_jobs"),
+    ],
+)
+def test_wrong_types_raise_type_error_naming_the_argument(
+    kwargs: dict[str, Any], name: str
+) -> None:
+    with pytest.raises(TypeError, match=name):
+        Worker(CLIENT, ["q"], **kwargs)
+
+
+def test_a_single_string_is_not_a_list_of_queues() -> None:
+    with pytest.raises(TypeError, match="queues"):
+        Worker(CLIENT, "emails")
+
+
+def test_zero_is_allowed_where_it_means_no_wait() -> None:
+    Worker(CLIENT, ["q"], reserve_error_backoff=0, drain_timeout=0)
+
+
+def test_default_worker_id_is_host_pid_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOSTNAME", "box-7")
+    first, second = Worker(CLIENT, ["q"]).worker_id, Worker(CLIENT, ["q"]).worker_id
+    assert re.fullmatch(rf"box-7-{os.getpid()}-[0-9a-f]{{8}}", first)
+    assert first != second
+    assert Worker(CLIENT, ["q"], worker_id="mine").worker_id == "mine"
+
+
+def test_handler_registration() -> None:
+    worker = Worker(CLIENT, ["q"])
+
+    @worker.handler("a")
+    async def a(payload: Payload | None, ctx: JobCtx) -> None:
+        return None
+
+    assert worker.handlers == {"a": a}
+    with pytest.raises(DuplicateHandlerError, match="'a'"):
+        worker.handle("a", noop)
+    with pytest.raises(DuplicateHandlerError):
+        worker.handler("a")(noop)
+    assert worker.handlers["a"] is a  # the failed registrations changed nothing
+
+    assert worker.handle("b", noop) is worker  # calls chain
+    assert worker.replace_handler("a", other).replace_handler("c", noop) is worker
+    assert worker.handlers == {"a": other, "b": noop, "c": noop}
+    assert worker.remove_handler("b").remove_handler("missing") is worker
+    assert worker.handlers == {"a": other, "c": noop}
+    worker.handle("b", other)  # free again after removal
+
+    view = worker.handlers
+    cast("dict[str, Any]", view).clear()  # a copy: the worker's table is untouched
+    assert set(worker.handlers) == {"a", "b", "c"}
+
+
+def test_catch_all_works_as_a_decorator_and_replaces_the_previous_one() -> None:
+    worker = Worker(CLIENT, ["q"])
+
+    @worker.catch_all
+    async def fallback(payload: Payload | None, ctx: JobCtx) -> None:
+        return None
+
+    assert worker._catch_all is fallback
+    assert worker.catch_all(noop) is noop
+    assert worker._catch_all is noop
+
+
+@pytest.mark.parametrize("job_type", ["", None])
+def test_bad_job_type_is_refused(job_type: Any) -> None:
+    worker = Worker(CLIENT, ["q"])
+    with pytest.raises(ValueError, match="job_type"):
+        worker.handle(job_type, noop)
+
+
+def test_non_callable_handler_is_refused() -> None:
+    worker = Worker(CLIENT, ["q"])
+    with pytest.raises(TypeError, match="'a'"):
+        worker.handle("a", cast("Any", "not a function"))
+    with pytest.raises(TypeError, match="catch-all"):
+        worker.catch_all(cast("Any", 42))
+
+
+def test_shutdown_handle_before_run() -> None:
+    worker = Worker(CLIENT, ["q"])
+    handle = worker.shutdown_handle()
+    before = handle.is_shutdown
+    assert not before
+    handle.shutdown()
+    handle.shutdown()  # idempotent
+    worker.shutdown()
+    assert handle.is_shutdown
+    assert worker.shutdown_handle().is_shutdown
