@@ -38,6 +38,7 @@ from ._errors import TransportError as TransportError
 from ._errors import UnauthenticatedError as UnauthenticatedError
 from ._errors import UnexpectedStatusError as UnexpectedStatusError
 from ._errors import UnknownQueuesError as UnknownQueuesError
+from ._logcontext import current_job as current_job
 from ._rejections import CustomEntriesTooMany as CustomEntriesTooMany
 from ._rejections import CustomKeyTooLong as CustomKeyTooLong
 from ._rejections import CustomMapTooLarge as CustomMapTooLarge
@@ -138,6 +139,7 @@ __all__ = [
     "WorkerStatistics",
     "__version__",
     "connect",
+    "current_job",
     "decode_payload",
     "encode_payload",
     "register_codec",

@@ -47,9 +47,11 @@ from typing import Any, TypeAlias, TypeVar
 import anyio
 import anyio.abc
 
+from . import _otel
 from ._client import Client
 from ._errors import DuplicateHandlerError, HandlerError, JobNotFoundError, SeppError
 from ._lease import JobRun, heartbeat
+from ._logcontext import install_record_factory, job_context
 from ._types import Job, JobCtx, Payload, RetryDirective
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
@@ -388,6 +390,7 @@ class Worker:
         if self._shutdown_requested:
             self._stop.set()
         limiter = anyio.CapacityLimiter(self._max_in_flight)
+        install_record_factory()
         logger.info(
             "worker %s starting on %s (max_in_flight=%d, lease=%gs)",
             self.worker_id,
@@ -496,9 +499,15 @@ class Worker:
             )
         except SeppError as exc:
             self._reserve_errors += 1
+            metrics = _otel.metrics()
+            if metrics.enabled:
+                metrics.reserves_failed.add(1)
             logger.warning("reserve failed (%s); retrying in %gs", exc, self._reserve_error_backoff)
             await self._pause(self._reserve_error_backoff)
             return None
+        metrics = _otel.metrics()
+        if metrics.enabled:
+            metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
         if not jobs and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2):
             await self._pause(_EARLY_EMPTY_PAUSE)
         return jobs
@@ -568,19 +577,49 @@ class Worker:
                 self._idle.set()
 
     async def _process(self, job: Job, run: JobRun) -> None:
+        """Handle one job inside its CONSUMER span, with its log context and metrics."""
+        ctx = job.ctx
+        metrics = _otel.metrics()
+        attributes = {
+            "messaging.destination.name": ctx.queue,
+            "messaging.message.id": ctx.id,
+            "messaging.client.id": self.worker_id,
+            "sepp.job.type": ctx.job_type,
+            "sepp.job.attempt": ctx.attempt,
+        }
+        with (
+            job_context(ctx, self.worker_id),
+            _otel.process_span(ctx.trace_context, attributes) as span,
+        ):
+            if metrics.enabled:
+                metrics.in_flight.add(1)
+            started = anyio.current_time()
+            outcome = "cancelled"
+            try:
+                outcome = await self._handle(job, run, span)
+            finally:
+                if metrics.enabled:
+                    metrics.in_flight.add(-1)
+                    metrics.duration.record(
+                        anyio.current_time() - started,
+                        {"job_type": ctx.job_type, "outcome": outcome},
+                    )
+
+    async def _handle(self, job: Job, run: JobRun, span: Any) -> str:
+        """Run the handler and settle the job; return the outcome's name."""
         ctx = job.ctx
         log = _JobLog(logger, {"ctx": ctx})
         handler = self._handlers.get(ctx.job_type) or self._catch_all
         if handler is None:
             delay = _failure_backoff(ctx.attempt)
             log.warning("no handler registered for this job type; retrying in %gs", delay)
-            await self._settle(
+            _otel.mark_error(span, "no handler registered for the job type")
+            return await self._settle(
                 ctx,
                 log,
                 RetryDirective.after(delay),
                 f"no handler registered for job_type {ctx.job_type!r}",
             )
-            return
 
         directive: RetryDirective | None = None  # None: ack
         reason = ""
@@ -600,27 +639,37 @@ class Worker:
                         )
                     )
                     try:
-                        directive, reason = await self._call(handler, job, log)
+                        directive, reason = await self._call(handler, job, log, span)
                     finally:
                         # The heartbeat lives exactly as long as the handler.
                         tg.cancel_scope.cancel()
             else:
                 # Nothing to watch: no heartbeat task, no task group (cheaper per job).
-                directive, reason = await self._call(handler, job, log)
+                directive, reason = await self._call(handler, job, log, span)
 
         if run.lease_lost:
             # The flag decides, even if the handler swallowed the cancellation
             # and returned: the job may already belong to another worker.
             self._lease_lost += 1
             log.error("lease lost (%s); the job is not settled here", run.lost_reason)
-            return
+            _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
+            _otel.mark_error(span, f"lease lost: {run.lost_reason}")
+            metrics = _otel.metrics()
+            if metrics.enabled:
+                metrics.lease_lost.add(1, {"job_type": ctx.job_type})
+            return "lease_lost"
         if run.drain_cancelled and run.scope.cancelled_caught:
             directive = RetryDirective.after(0)
             reason = "worker shut down before the handler finished (drain_timeout)"
-        await self._settle(ctx, log, directive, reason)
+            _otel.mark_error(span, reason)
+        return await self._settle(ctx, log, directive, reason)
 
     async def _call(
-        self, handler: Handler, job: Job, log: logging.LoggerAdapter[logging.Logger]
+        self,
+        handler: Handler,
+        job: Job,
+        log: logging.LoggerAdapter[logging.Logger],
+        span: Any = None,
     ) -> tuple[RetryDirective | None, str]:
         """Run the handler; return the outcome: ``(None, "")`` to ack, else the nack's
         directive and reason. Cancellation and non-``Exception`` errors propagate."""
@@ -632,13 +681,16 @@ class Worker:
                     await handler(job.payload, job.ctx)
                 if timeout.cancelled_caught:
                     log.warning("handler timed out after %gs", self._job_timeout)
+                    _otel.mark_error(span, "timed out")
                     return RetryDirective.default(), "timed out"
         except HandlerError as exc:
             log.info("handler asked for %s", exc)
+            _otel.mark_error(span, str(exc), exc)
             return exc.directive, exc.reason
         except Exception as exc:
             delay = _failure_backoff(job.ctx.attempt)
             log.exception("handler raised %s; retrying in %gs", type(exc).__name__, delay)
+            _otel.mark_error(span, f"handler raised {type(exc).__name__}", exc)
             return RetryDirective.after(delay), f"handler raised {type(exc).__name__}: {exc}"
         return None, ""
 
@@ -648,8 +700,14 @@ class Worker:
         log: logging.LoggerAdapter[logging.Logger],
         directive: RetryDirective | None,
         reason: str,
-    ) -> None:
-        """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time."""
+    ) -> str:
+        """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time.
+
+        Returns the outcome: ``"ack"``, ``"retry"``, ``"dead_letter"`` or
+        ``"settle_failed"`` (logged; the job will be redelivered).
+        """
+        metrics = _otel.metrics()
+        labels = {"job_type": ctx.job_type}
         # One scope: shielded from outer cancellation, but cancelled by its own deadline.
         deadline = anyio.current_time() + _SETTLE_TIMEOUT
         with anyio.CancelScope(shield=True, deadline=deadline) as bound:
@@ -657,17 +715,22 @@ class Worker:
                 if directive is None:
                     await self._client.ack(ctx)
                     self._processed += 1
+                    if metrics.enabled:
+                        metrics.processed.add(1, labels)
                     log.debug("acked")
+                    return "ack"
+                await self._wait_for_cancelled_reserve()
+                dead = await self._client.nack(ctx, directive, reason)
+                outcome = "dead_letter" if dead else "retry"
+                if metrics.enabled:
+                    metrics.nacked.add(1, {**labels, "outcome": outcome})
+                if dead:
+                    self._nacked_dead += 1
+                    log.warning("nacked; dead-lettered (%s)", reason or "no reason")
                 else:
-                    await self._wait_for_cancelled_reserve()
-                    dead = await self._client.nack(ctx, directive, reason)
-                    if dead:
-                        self._nacked_dead += 1
-                        log.warning("nacked; dead-lettered (%s)", reason or "no reason")
-                    else:
-                        self._nacked_retry += 1
-                        log.info("nacked for retry (%s)", reason or "no reason")
-                return
+                    self._nacked_retry += 1
+                    log.info("nacked for retry (%s)", reason or "no reason")
+                return outcome
             except JobNotFoundError:
                 self._settle_errors += 1
                 log.error(
@@ -676,7 +739,7 @@ class Worker:
                     " was lost",
                     "ack" if directive is None else "nack",
                 )
-                return
+                return "settle_failed"
             except SeppError as exc:
                 self._settle_errors += 1
                 log.error(
@@ -684,11 +747,12 @@ class Worker:
                     "ack" if directive is None else "nack",
                     exc,
                 )
-                return
-        if bound.cancelled_caught:
-            self._settle_errors += 1
-            log.error(
-                "%s did not finish within %gs; the job will be redelivered after its lease expires",
-                "ack" if directive is None else "nack",
-                _SETTLE_TIMEOUT,
-            )
+                return "settle_failed"
+        assert bound.cancelled_caught
+        self._settle_errors += 1
+        log.error(
+            "%s did not finish within %gs; the job will be redelivered after its lease expires",
+            "ack" if directive is None else "nack",
+            _SETTLE_TIMEOUT,
+        )
+        return "settle_failed"

@@ -1,0 +1,75 @@
+"""Job details on every log record emitted while a handler runs.
+
+While a job is being handled, every ``logging.LogRecord`` created in its task
+(by this library or by your own code, on any logger) carries four extra
+attributes: ``sepp_job_id``, ``sepp_job_type``, ``sepp_attempt`` and
+``sepp_worker_id`` (and ``sepp_queue``). Outside a job they are ``None``, so
+a format string like ``"%(sepp_job_id)s %(message)s"`` works everywhere.
+
+How: a context variable set in each job's task, read by a LogRecord factory
+that wraps whatever factory was installed before (installed once, the first
+time a worker runs). No handler, filter, formatter or level is touched, so
+the application's logging configuration stays its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ._types import JobCtx
+
+__all__ = ["current_job", "install_record_factory", "job_context"]
+
+_current: contextvars.ContextVar[tuple[JobCtx, str] | None] = contextvars.ContextVar(
+    "sepp_anyio_current_job", default=None
+)
+_install_lock = threading.Lock()
+_installed = False
+
+
+def current_job() -> JobCtx | None:
+    """The context of the job being handled in this task, or None."""
+    value = _current.get()
+    return None if value is None else value[0]
+
+
+@contextlib.contextmanager
+def job_context(ctx: JobCtx, worker_id: str) -> Iterator[None]:
+    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`)."""
+    token = _current.set((ctx, worker_id))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def install_record_factory() -> None:
+    """Wrap the LogRecord factory once per process (idempotent, thread-safe)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            value = _current.get()
+            if value is None:
+                record.sepp_job_id = record.sepp_job_type = record.sepp_attempt = None
+                record.sepp_worker_id = record.sepp_queue = None
+            else:
+                ctx, worker_id = value
+                record.sepp_job_id = ctx.id
+                record.sepp_job_type = ctx.job_type
+                record.sepp_attempt = ctx.attempt
+                record.sepp_worker_id = worker_id
+                record.sepp_queue = ctx.queue
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _installed = True

@@ -1,0 +1,51 @@
+"""Job details on every log record emitted while a handler runs."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+import sepp_anyio as sepp
+from sepp_anyio.testing import open_in_memory_client
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_records_inside_a_handler_carry_the_job(caplog: pytest.LogCaptureFixture) -> None:
+    user_logger = logging.getLogger("my.app")
+    caplog.set_level(logging.INFO, logger="my.app")
+    async with open_in_memory_client() as (client, _):
+        ack = await client.enqueue(sepp.EnqueueRequest("q", "greet"))
+        worker = sepp.Worker(client, ["q"], wait=1.0, worker_id="worker-7")
+        done = anyio.Event()
+        seen: list[sepp.JobCtx | None] = []
+
+        @worker.handler("greet")
+        async def greet(payload: sepp.Payload | None, ctx: sepp.JobCtx) -> None:
+            user_logger.info("hello from the handler")
+            seen.append(sepp.current_job())
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            with anyio.fail_after(60):
+                await done.wait()
+            worker.shutdown()
+        user_logger.info("outside any job")
+
+    inside, outside = [r for r in caplog.records if r.name == "my.app"]
+    assert inside.sepp_job_id == ack.job_id  # type: ignore[attr-defined]
+    assert inside.sepp_job_type == "greet"  # type: ignore[attr-defined]
+    assert inside.sepp_attempt == 1  # type: ignore[attr-defined]
+    assert inside.sepp_worker_id == "worker-7"  # type: ignore[attr-defined]
+    assert inside.sepp_queue == "q"  # type: ignore[attr-defined]
+    assert outside.sepp_job_id is None  # type: ignore[attr-defined]
+    assert seen[0] is not None
+    assert seen[0].id == ack.job_id
+    assert sepp.current_job() is None
+    # A format string naming the fields works inside and outside jobs.
+    formatter = logging.Formatter("%(sepp_job_id)s|%(sepp_attempt)s|%(message)s")
+    assert formatter.format(inside) == f"{ack.job_id}|1|hello from the handler"
+    assert formatter.format(outside) == "None|None|outside any job"
