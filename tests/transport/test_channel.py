@@ -659,3 +659,22 @@ async def test_connection_closed_right_after_a_complete_reply_is_not_a_failure()
         async with open_stub(raw) as (_, stub):
             reply = await stub.ack(pb.AckRequest(job_id="x", attempt=1))
         assert reply.job_id == "last words"
+
+
+async def test_per_call_headers_do_not_churn_the_hpack_table(server: Server) -> None:
+    """grpc-timeout and per-call metadata change every call; indexing them would
+    evict the constant headers from the HPACK table. The table must settle."""
+    async with open_stub(server, metadata={"authorization": "Bearer secret"}) as (channel, stub):
+        await stub.ack(pb.AckRequest(job_id="warm", attempt=1), timeout=10.0)
+        conn = channel._conn
+        assert conn is not None
+        table = conn.h2.encoder.header_table
+        settled = list(table.dynamic_entries)
+        for i in range(30):
+            await stub.ack(
+                pb.AckRequest(job_id=str(i), attempt=1),
+                timeout=5.0 + i / 7,
+                metadata=[("traceparent", f"00-{i:032x}-{i + 1:016x}-01")],
+            )
+        assert list(table.dynamic_entries) == settled
+        assert all(name != b"authorization" for name, _ in settled)

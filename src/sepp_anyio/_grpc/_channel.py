@@ -33,6 +33,7 @@ import anyio
 from anyio.streams.tls import TLSAttribute
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
+from hpack import NeverIndexedHeaderTuple
 
 from .._version import __version__
 from ._connection import Connection
@@ -124,7 +125,12 @@ class Channel:
             (b"content-type", b"application/grpc+proto"),
             (b"user-agent", user_agent.encode("ascii")),
         ]
-        self._base_metadata = encode_metadata(metadata)
+        # Credentials are never indexed (HPACK's advice for secrets); other
+        # constant metadata is, like the fixed headers.
+        self._base_metadata: list[tuple[bytes, bytes]] = [
+            NeverIndexedHeaderTuple(key, value) if key == b"authorization" else (key, value)
+            for key, value in encode_metadata(metadata)
+        ]
         self._paths: dict[str, bytes] = {}
 
         self._tg: anyio.abc.TaskGroup | None = None
@@ -204,7 +210,11 @@ class Channel:
                 absolute = other if absolute is None else min(absolute, other)
         call_metadata = self._base_metadata
         if metadata:
-            call_metadata = call_metadata + encode_metadata(metadata)
+            # Per-call values (traceparent, ...) change on every call: kept out
+            # of the HPACK table like grpc-timeout (see _request_headers).
+            call_metadata = call_metadata + [
+                NeverIndexedHeaderTuple(key, value) for key, value in encode_metadata(metadata)
+            ]
         return Stream(
             self,
             name,
@@ -228,7 +238,10 @@ class Channel:
             (b":authority", self._authority),
         ]
         if timeout is not None:
-            headers.append((b"grpc-timeout", timeout))
+            # A different value on every call: indexing it would fill the
+            # HPACK dynamic table with dead entries and evict the constant
+            # headers, which are otherwise sent as one-byte references.
+            headers.append(NeverIndexedHeaderTuple(b"grpc-timeout", timeout))
         headers += self._fixed_headers
         if metadata:
             headers += metadata
