@@ -11,12 +11,25 @@ import pytest
 
 from sepp_anyio._cli import main
 
+SUBCOMMANDS = ["demo", "worker", "enqueue", "info", "dlq", "server"]
+
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0
-    assert "server" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for name in SUBCOMMANDS:
+        assert f"    {name} " in out, name
+
+
+@pytest.mark.parametrize(
+    "argv", [[name, "--help"] for name in SUBCOMMANDS] + [["dlq", "drain", "-h"]]
+)
+def test_every_subcommand_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: sepp-anyio {' '.join(argv[:-1])}")
 
 
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,6 +55,9 @@ def test_console_script_and_python_dash_m_run() -> None:
     for command in ([script, "--version"], [sys.executable, "-m", "sepp_anyio", "--version"]):
         out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
         assert out.stdout.startswith("sepp-anyio ")
+    for command in ([script, "enqueue", "-h"], [sys.executable, "-m", "sepp_anyio", "info", "-h"]):
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
+        assert out.stdout.startswith(f"usage: sepp-anyio {command[-2]}")
 
 
 def test_server_subcommand_serves(tmp_path: Path) -> None:

@@ -1,7 +1,12 @@
 """The ``sepp-anyio`` command (also ``python -m sepp_anyio``).
 
-Subcommands are thin: each delegates to the module that owns the feature, so
-``sepp-anyio server ...`` is exactly ``python -m sepp_anyio.server ...``.
+A dispatcher: each subcommand lives in its own module, parses its own arguments (and its
+own ``--help``) and returns the exit status. ``sepp-anyio server ...`` is exactly
+``python -m sepp_anyio.server ...``. Modules are imported only when their subcommand
+runs, so ``sepp-anyio --help`` stays fast.
+
+Exit status, for every subcommand: 0 on success, 1 when the work fails (an unreachable
+server, a refusal), 2 for bad input on the command line; a failure is one line on stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +28,42 @@ def _server(argv: Sequence[str]) -> int:
     return server_main(argv, prog=f"{PROG} server")
 
 
+def _worker(argv: Sequence[str]) -> int:
+    from ._cli_worker import main as worker_main
+
+    return worker_main(argv, prog=f"{PROG} worker")
+
+
+def _enqueue(argv: Sequence[str]) -> int:
+    from ._cli_producer import enqueue_main
+
+    return enqueue_main(argv, prog=f"{PROG} enqueue")
+
+
+def _info(argv: Sequence[str]) -> int:
+    from ._cli_producer import info_main
+
+    return info_main(argv, prog=f"{PROG} info")
+
+
+def _dlq(argv: Sequence[str]) -> int:
+    from ._cli_producer import dlq_main
+
+    return dlq_main(argv, prog=f"{PROG} dlq")
+
+
+def _demo(argv: Sequence[str]) -> int:
+    from ._cli_demo import main as demo_main
+
+    return demo_main(argv, prog=f"{PROG} demo")
+
+
 _COMMANDS = {
+    "demo": (_demo, "run a mixed workload through a Worker on an embedded server"),
+    "worker": (_worker, "run a Worker: sepp-anyio worker module:handlers --queue Q"),
+    "enqueue": (_enqueue, "enqueue one job"),
+    "info": (_info, "show the server's version and limits"),
+    "dlq": (_dlq, "drain dead letters, optionally re-enqueueing them"),
     "server": (_server, "run the reference server (python -m sepp_anyio.server)"),
 }
 
@@ -31,7 +71,8 @@ _COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Client, worker and reference server for the sepp job queue.",
+        description="Client, worker and reference server for the sepp job queue. "
+        "Run 'sepp-anyio COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

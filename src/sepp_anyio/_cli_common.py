@@ -1,0 +1,330 @@
+"""Pieces shared by the ``sepp-anyio`` subcommands: options, logging, errors, running.
+
+Every subcommand follows the same rules:
+
+* exit status 0 on success, 2 for bad input on the command line (an unknown target, bad
+  JSON, a value out of range: detected before anything is sent), 1 when the work itself
+  fails (the server is unreachable, refuses the request, ...);
+* a failure is reported as **one line** on stderr, ``<prog>: error: <what>``, never as a
+  traceback (a traceback is printed only for an exception raised by the user's own code,
+  where it is the useful part);
+* connection options are the same everywhere (``--address``, ``--api-key``, ``--tls``, ...),
+  with ``SEPP_ADDR`` and ``SEPP_API_KEY`` as environment defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import math
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Final, NoReturn
+
+import anyio
+
+from ._client import Client, connect
+from ._errors import ConnectError, JobRejectedError, SeppError
+from ._types import RetryPolicy
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_ADDRESS",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "CliError",
+    "Parser",
+    "add_backend_option",
+    "add_connection_options",
+    "add_log_level_option",
+    "check_backend",
+    "configure_logging",
+    "describe",
+    "error_line",
+    "nonnegative_seconds",
+    "open_client",
+    "parse",
+    "positive_int",
+    "positive_seconds",
+    "run_async",
+    "table",
+]
+
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+DEFAULT_ADDRESS: Final = "127.0.0.1:50051"
+BACKENDS: Final = ("asyncio", "trio")
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class CliError(Exception):
+    """A failure to report as one line (``<prog>: error: <message>``) and an exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors raise :class:`CliError` (status 2).
+
+    argparse would print the (possibly long) usage and exit by itself; raising instead
+    keeps the report to one line and lets ``main`` return the status (so the dispatcher
+    and the tests can call it).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see '{self.prog} --help')", EXIT_USAGE)
+
+
+def error_line(prog: str, message: str) -> None:
+    """Print ``<prog>: error: <message>`` (one line, whatever the message holds)."""
+    text = " ".join(str(message).split())
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def _seconds(text: str, *, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds {'> 0' if positive else '>= 0'}, not {text}"
+        )
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: finite seconds > 0."""
+    return _seconds(text, positive=True)
+
+
+def nonnegative_seconds(text: str) -> float:
+    """argparse type: finite seconds >= 0."""
+    return _seconds(text, positive=False)
+
+
+# --------------------------------------------------------------------------- shared options
+
+
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, address_help: str | None = None
+) -> None:
+    """``--address``, ``--api-key``, ``--tls``, ``--tls-ca-cert``, ``--tls-server-name``,
+    ``--connect-timeout``.
+
+    With ``address_help``, ``--address`` has no default (None) and that help text.
+    """
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--address",
+        "-a",
+        default=os.environ.get("SEPP_ADDR") or DEFAULT_ADDRESS if address_help is None else None,
+        metavar="ADDR",
+        help="server address: host:port, http://host:port, or https://host:port for TLS "
+        + (f"(default: $SEPP_ADDR, else {DEFAULT_ADDRESS})" if address_help is None else "")
+        + (address_help or ""),
+    )
+    group.add_argument(
+        "--api-key",
+        default=os.environ.get("SEPP_API_KEY") or None,
+        metavar="KEY",
+        help="API key, sent as 'authorization: Bearer KEY' (default: $SEPP_API_KEY)",
+    )
+    group.add_argument("--tls", action="store_true", help="use TLS with the system's trusted roots")
+    group.add_argument(
+        "--tls-ca-cert",
+        metavar="PEM",
+        help="trust this CA certificate file instead of the system roots (turns TLS on)",
+    )
+    group.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="verify the server's certificate against this name (turns TLS on)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=positive_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up connecting after this long (default: 5)",
+    )
+
+
+def add_backend_option(parser: argparse.ArgumentParser, *, default: str = "asyncio") -> None:
+    """``--backend trio|asyncio``."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=default,
+        help=f"event loop to run on (default: {default}; trio must be installed for trio)",
+    )
+
+
+def add_log_level_option(parser: argparse.ArgumentParser, *, default: str) -> None:
+    """``--log-level``."""
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=default,
+        metavar="LEVEL",
+        help=f"logging level: {', '.join(LOG_LEVELS)} (default: {default})",
+    )
+
+
+def check_backend(backend: str) -> None:
+    """Raise a usage error if ``backend`` cannot run here (trio not installed)."""
+    if backend == "trio" and importlib.util.find_spec("trio") is None:
+        raise CliError("--backend trio needs trio: pip install trio", EXIT_USAGE)
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class _ReportedByTheCli(logging.Filter):
+    """Drops the client's own "could not connect" log record: the command reports that
+    failure itself, as its one error line, and the same message twice is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.name == "sepp_anyio"
+            and isinstance(record.msg, str)
+            and record.msg.startswith("could not connect to the sepp server")
+        )
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level`` (unless the application configured logging already)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+        handler.addFilter(_ReportedByTheCli())
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+def _read_ca(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"--tls-ca-cert: cannot read {path!r}: {reason}", EXIT_USAGE) from None
+
+
+def open_client(
+    args: argparse.Namespace, *, retry: RetryPolicy | None = None
+) -> AbstractAsyncContextManager[Client]:
+    """``connect(...)`` from the connection options; bad options are usage errors.
+
+    Call it inside the event loop; entering the result connects (a
+    :class:`~sepp_anyio.ConnectError` is reported by :func:`run_async`).
+    """
+    ca = None if args.tls_ca_cert is None else _read_ca(args.tls_ca_cert)
+    try:
+        return connect(
+            args.address,
+            api_key=args.api_key,
+            tls=True if args.tls else None,
+            tls_ca_cert=ca,
+            tls_server_name=args.tls_server_name,
+            connect_timeout=args.connect_timeout,
+            retry=retry,
+        )
+    except ValueError as exc:  # a malformed address or API key (InvalidApiKeyError)
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+# --------------------------------------------------------------------------- output
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table: a header, a rule, and the rows, columns padded to fit."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The lone exception inside nested single-member exception groups."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def describe(error: SeppError) -> str:
+    """A one-line description of a client error (its class says what kind it is)."""
+    if isinstance(error, ConnectError | JobRejectedError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "asyncio") -> int:
+    """Run ``main`` on ``backend``; return its status, or report a failure in one line.
+
+    :class:`CliError` and :class:`~sepp_anyio.SeppError` (alone or as the only member of
+    exception groups) become one error line and status 1 (or the CliError's code);
+    Ctrl-C that nobody handled is status 130. Anything else propagates (a bug, or the
+    user's own code failing, where the traceback is what helps).
+    """
+    try:
+        check_backend(backend)
+        return anyio.run(main, backend=backend)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as raw:
+        error = _leaf(raw)
+        if isinstance(error, KeyboardInterrupt):
+            return 130
+        if isinstance(error, CliError):
+            error_line(prog, error.message)
+            return error.code
+        if isinstance(error, SeppError):
+            error_line(prog, describe(error))
+            return EXIT_FAILURE
+        raise
+
+
+def parse(parser: Parser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """Parse ``argv``; an int is the status to return at once (``--help``: 0; a usage
+    error, already reported in argparse's form: 2)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except CliError as exc:
+        error_line(parser.prog, exc.message)
+        return exc.code

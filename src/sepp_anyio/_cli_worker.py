@@ -1,0 +1,447 @@
+"""``sepp-anyio worker TARGET``: run a :class:`~sepp_anyio.Worker` as a process.
+
+The TARGET contract (also in ``--help`` and the README): ``module:attribute``, imported with
+the current directory (or ``--path``) first on ``sys.path``, naming either
+
+* a **handler registry**: a mapping ``{job_type: async handler}``, or any object whose
+  ``handlers`` attribute is such a mapping. The command builds the ``Worker`` from its
+  options (``--queue`` is then required); or
+* a **factory** that receives the connected :class:`~sepp_anyio.Client` and returns the
+  ``Worker``: a function, an ``async`` function, or an async generator function that
+  yields the worker once (the code after ``yield`` runs once the worker has drained, for
+  cleaning up what the handlers used). A factory decides its own queues and settings, so
+  the worker options are refused with it rather than silently ignored.
+
+Lifecycle: connect, build the worker, start it and log ``ready`` once it reserves. The
+first SIGINT or SIGTERM stops reserving and drains the jobs in flight (their leases are
+still extended); the process then exits 0. A second signal cancels the handlers still
+running (their jobs are not settled: the server hands them out again when their leases
+expire) and the process exits 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
+import traceback
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ._cli_common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    CliError,
+    Parser,
+    add_backend_option,
+    add_connection_options,
+    add_log_level_option,
+    configure_logging,
+    error_line,
+    nonnegative_seconds,
+    open_client,
+    parse,
+    positive_int,
+    positive_seconds,
+    run_async,
+)
+from ._client import Client
+from ._types import RetryPolicy
+from ._worker import Handler, Worker
+
+__all__ = ["Target", "build_parser", "load_target", "main"]
+
+logger = logging.getLogger("sepp_anyio.cli")
+
+#: A transient failure of an ack, nack or extend (a server restarting, say) is retried
+#: rather than left to lease expiry; retries never duplicate anything.
+_RETRY = RetryPolicy(max_attempts=3)
+
+#: Options that shape the Worker the command builds for a handler registry: (dest, flag).
+_WORKER_OPTIONS = (
+    ("queues", "--queue"),
+    ("lease", "--lease"),
+    ("concurrency", "--concurrency"),
+    ("max_jobs", "--max-jobs"),
+    ("wait", "--wait"),
+    ("auto_extend", "--auto-extend"),
+    ("job_timeout", "--job-timeout"),
+    ("max_lease_time", "--max-lease-time"),
+    ("drain_timeout", "--drain-timeout"),
+    ("worker_id", "--worker-id"),
+)
+
+_DESCRIPTION = """\
+Run a sepp Worker until SIGINT or SIGTERM, then drain it gracefully.
+
+TARGET is module:attribute (the current directory, or --path, is searched first) naming
+either
+  a handler registry: a dict {job_type: async handler}, or an object with such a
+    .handlers dict; the Worker is built from the options below (--queue required):
+        handlers = {"send_welcome": send_welcome, "resize": resize}
+  or a factory taking the connected client and returning the Worker, as a function,
+    an async function, or an async generator function that yields it once (code after
+    the yield runs after the drain):
+        def make_worker(client): return sepp_anyio.Worker(client, ["emails"], ...)
+    The factory chooses queues and settings: the worker options are refused with it.
+
+The first signal stops reserving and drains the jobs in flight (exit status 0); a second
+one cancels the handlers still running (their jobs come back when their leases expire;
+exit status 128 + signal number). "ready" is logged once the worker reserves. Calls that
+fail transiently are retried up to 3 times (never in a way that duplicates a job).
+"""
+
+
+def build_parser(prog: str) -> Parser:
+    """The ``worker`` subcommand's argument parser."""
+    parser = Parser(
+        prog=prog,
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", metavar="TARGET", help="module:attribute (see above)")
+    parser.add_argument(
+        "--path",
+        default=".",
+        metavar="DIR",
+        help="directory put first on sys.path to import TARGET from (default: .)",
+    )
+    add_connection_options(parser)
+    worker = parser.add_argument_group("worker (handler registry only)")
+    worker.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        dest="queues",
+        metavar="QUEUE",
+        help="queue to reserve from; repeat or separate with commas, in priority order",
+    )
+    worker.add_argument(
+        "--lease",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="lease asked for at reserve and at each extension (default: 30)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        "-c",
+        "--max-in-flight",
+        type=positive_int,
+        dest="concurrency",
+        metavar="N",
+        help="jobs handled at once (default: 16)",
+    )
+    worker.add_argument(
+        "--max-jobs",
+        type=positive_int,
+        metavar="N",
+        help="most jobs per reserve (default: all free capacity)",
+    )
+    worker.add_argument(
+        "--wait",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="long-poll window of each reserve (default: 30)",
+    )
+    worker.add_argument(
+        "--auto-extend",
+        nargs="?",
+        const=True,
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="keep extending leases while handlers run: every third of the granted lease, "
+        "or every SECONDS if given (default: off)",
+    )
+    worker.add_argument(
+        "--job-timeout",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="cancel a handler after this long and retry its job (default: none)",
+    )
+    worker.add_argument(
+        "--max-lease-time",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="stop extending one job's lease after this long (default: none)",
+    )
+    worker.add_argument(
+        "--drain-timeout",
+        type=nonnegative_seconds,
+        metavar="SECONDS",
+        help="at shutdown, cancel handlers still running after this long and retry their "
+        "jobs at once (default: wait for all)",
+    )
+    worker.add_argument(
+        "--worker-id",
+        metavar="ID",
+        help="id sent with every call (default: <host>-<pid>-<random>)",
+    )
+    add_backend_option(parser)
+    add_log_level_option(parser, default="INFO")
+    return parser
+
+
+# --------------------------------------------------------------------------- the target
+
+
+@dataclass(frozen=True)
+class Target:
+    """What TARGET named: a handler registry, or a factory of workers."""
+
+    spec: str
+    handlers: Mapping[str, Handler] | None = None
+    factory: Callable[[Client], Any] | None = None
+
+
+def _bad(spec: str, message: str) -> CliError:
+    return CliError(f"TARGET {spec!r}: {message}", EXIT_USAGE)
+
+
+def _import(spec: str, module_name: str, directory: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise _bad(
+                spec, f"no module named {missing!r} (searched {directory} and sys.path)"
+            ) from None
+        raise _imported_code_failed(spec, module_name, exc) from None
+    except Exception as exc:  # the user's module itself raised: show where
+        raise _imported_code_failed(spec, module_name, exc) from None
+
+
+def _imported_code_failed(spec: str, module_name: str, exc: BaseException) -> CliError:
+    traceback.print_exception(exc, file=sys.stderr)
+    return CliError(
+        f"TARGET {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}",
+        EXIT_FAILURE,
+    )
+
+
+def load_target(spec: str, path: str = ".") -> Target:
+    """Import ``module:attribute`` and classify it (see the module docstring).
+
+    Raises:
+        CliError: status 2 for a malformed, missing or unusable target; status 1 when
+            importing the module raised (its traceback is printed first).
+    """
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name.strip() or not attribute.strip():
+        raise _bad(spec, "must be module:attribute, for example myapp.jobs:handlers")
+    directory = os.path.abspath(path)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    obj = _import(spec, module_name.strip(), directory)
+    for part in attribute.strip().split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise _bad(spec, f"{module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(obj, Worker):
+        raise _bad(
+            spec,
+            "is a Worker, which needs a connected client the command has not made yet: "
+            "name a factory instead (def make_worker(client) -> Worker)",
+        )
+    handlers: object = obj if isinstance(obj, Mapping) else getattr(obj, "handlers", None)
+    if isinstance(handlers, Mapping):
+        return Target(spec, handlers=_check_registry(spec, handlers))
+    if callable(obj):
+        _check_factory(spec, obj)
+        return Target(spec, factory=obj)
+    raise _bad(
+        spec,
+        f"is a {type(obj).__name__}, not a handler registry (a dict of job type to "
+        "handler, or an object with one as .handlers) or a factory of Workers",
+    )
+
+
+def _check_registry(spec: str, handlers: Mapping[Any, Any]) -> dict[str, Handler]:
+    if not handlers:
+        raise _bad(spec, "the handler registry is empty")
+    checked: dict[str, Handler] = {}
+    for job_type, handler in handlers.items():
+        if not isinstance(job_type, str) or not job_type:
+            raise _bad(spec, f"registry key {job_type!r} is not a job type (a non-empty str)")
+        if not callable(handler):
+            raise _bad(spec, f"the handler for {job_type!r} is not callable")
+        checked[job_type] = handler
+    return checked
+
+
+def _check_factory(spec: str, factory: Callable[..., Any]) -> None:
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to inspect (a builtin): trust it
+        return
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise _bad(
+            spec,
+            f"a factory must take one argument (the connected client); its "
+            f"signature is {signature}",
+        ) from None
+
+
+@asynccontextmanager
+async def _built_worker(
+    target: Target, client: Client, args: argparse.Namespace
+) -> AsyncIterator[Worker]:
+    if target.handlers is not None:
+        worker = Worker(
+            client,
+            args.queues,
+            lease=30.0 if args.lease is None else args.lease,
+            max_in_flight=16 if args.concurrency is None else args.concurrency,
+            max_jobs=args.max_jobs,
+            wait=30.0 if args.wait is None else args.wait,
+            auto_extend=False if args.auto_extend is None else args.auto_extend,
+            worker_id=args.worker_id,
+            job_timeout=args.job_timeout,
+            max_lease_time=args.max_lease_time,
+            drain_timeout=args.drain_timeout,
+        )
+        for job_type, handler in target.handlers.items():
+            worker.handle(job_type, handler)
+        yield worker
+        return
+    factory = target.factory
+    assert factory is not None
+    if inspect.isasyncgenfunction(factory):
+        async with asynccontextmanager(factory)(client) as made:
+            yield _check_made(target, made)
+        return
+    made = factory(client)
+    if inspect.isawaitable(made):
+        made = await made
+    yield _check_made(target, made)
+
+
+def _check_made(target: Target, made: object) -> Worker:
+    if not isinstance(made, Worker):
+        raise _bad(target.spec, f"the factory returned a {type(made).__name__}, not a Worker")
+    return made
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _signal_receiver() -> AbstractContextManager[Any]:
+    try:
+        return anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+    except NotImplementedError:  # Windows: Ctrl-C arrives as KeyboardInterrupt instead
+        return nullcontext(None)
+
+
+async def _serve(target: Target, args: argparse.Namespace) -> int:
+    forced = 0
+    # Signals are caught from the start, so an early one is a graceful stop too.
+    with _signal_receiver() as signals:
+        async with (
+            open_client(args, retry=_RETRY) as client,
+            _built_worker(target, client, args) as worker,
+        ):
+            async with anyio.create_task_group() as tg:
+
+                async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                    await worker.run(task_status=task_status)
+                    tg.cancel_scope.cancel()  # drained: stop watching for signals
+
+                async def watch_signals() -> None:
+                    nonlocal forced
+                    if signals is None:
+                        return
+                    first = True
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        if first:
+                            first = False
+                            logger.info(
+                                "%s received: no new jobs; draining %d in flight "
+                                "(send it again to cancel them)",
+                                name,
+                                worker.statistics().in_flight,
+                            )
+                            worker.shutdown()
+                        else:
+                            logger.warning(
+                                "%s received again: cancelling %d running handler(s); their "
+                                "jobs return to the queue when their leases expire",
+                                name,
+                                worker.statistics().in_flight,
+                            )
+                            forced = 128 + signum
+                            tg.cancel_scope.cancel()
+                            return
+
+                await tg.start(run_worker)
+                logger.info(
+                    "ready: worker %s reserving from %s at %s (%s backend)",
+                    worker.worker_id,
+                    ", ".join(worker._queues),
+                    args.address,
+                    args.backend,
+                )
+                tg.start_soon(watch_signals)
+            stats = worker.statistics()
+            logger.info(
+                "worker %s: %d acked, %d nacked for retry, %d dead-lettered, %d lease(s) "
+                "lost, %d settle error(s)%s",
+                "cancelled" if forced else "drained and stopped",
+                stats.processed,
+                stats.nacked_retry,
+                stats.nacked_dead_letter,
+                stats.lease_lost,
+                stats.settle_errors,
+                "" if not forced else "; jobs still running were left to lease expiry",
+            )
+    return forced
+
+
+def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
+    """Run the ``worker`` subcommand; return the exit status."""
+    parser = build_parser(prog)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    configure_logging(args.log_level)
+    try:
+        target = load_target(args.target, args.path)
+        if target.factory is not None:
+            given = [flag for dest, flag in _WORKER_OPTIONS if getattr(args, dest) is not None]
+            if given:
+                raise _bad(
+                    args.target,
+                    f"is a factory, which builds its own Worker: leave out {', '.join(given)} "
+                    "(the worker options are for a handler registry)",
+                )
+        else:
+            queues = [q.strip() for item in args.queues or () for q in item.split(",")]
+            if not any(queues) or not all(queues):
+                raise CliError(
+                    "--queue is required with a handler registry (and no name may be empty)",
+                    EXIT_USAGE,
+                )
+            args.queues = queues
+    except CliError as exc:
+        error_line(prog, exc.message)
+        return exc.code
+    with contextlib.suppress(AttributeError):  # line-buffer stdout for handlers that print
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+    async def serve() -> int:
+        return await _serve(target, args)
+
+    return run_async(prog, serve, backend=args.backend)

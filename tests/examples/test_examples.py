@@ -1,0 +1,152 @@
+"""The scripts in ``examples/`` run as a user would run them, against a reference server on
+loopback (``SEPP_ADDR``): the producer, both workers (stopped by a signal, exit 0), the
+dead-letter replay, the CLI worker on the example registry, and the example test suite."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sepp_anyio as sepp
+from sepp_anyio.server import ServerProcess
+from tests.cli._util import CliProcess, retention_server, with_client
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TIMEOUT = 60
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A fresh server per test (the examples all use the queue ``shop``)."""
+    process = retention_server(tmp_path)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _run(script: str, server: ServerProcess, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_env(server),
+        cwd=EXAMPLES,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _env(server: ServerProcess) -> dict[str, str]:
+    return {"SEPP_ADDR": server.address, "PYTHONUNBUFFERED": "1"}
+
+
+def _produce(server: ServerProcess, first: int, orders: int) -> int:
+    """Run the producer; return how many jobs it enqueued (its gift order's included)."""
+    out = _run("producer.py", server, "--first", str(first), "--orders", str(orders))
+    match = re.search(r"enqueued (\d+), deduplicated 0, rejected 0", out)
+    assert match, out
+    gift = re.search(r"gift order \d+: (\d+) enqueued atomically", out)
+    assert gift, out
+    return int(match[1]) + int(gift[1])
+
+
+def _run_worker_until_done(argv: list[str], server: ServerProcess, jobs: int) -> str:
+    """Start a worker, wait until it has handled ``jobs`` jobs, SIGTERM it: it exits 0."""
+    with CliProcess(argv, env=_env(server), cwd=EXAMPLES) as worker:
+        worker.wait_for(r"ready: ")
+        worker.wait_for(r"shop: order \d+: ", count=jobs, timeout=TIMEOUT)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output
+    assert worker.count(r"shop: order \d+: ") == jobs, worker.output
+    assert "Traceback" not in worker.output
+    return worker.output
+
+
+def test_producer_batches_and_idempotency_keys(server: ServerProcess) -> None:
+    first = _run("producer.py", server, "--orders", "10")
+    assert "enqueued 23, deduplicated 0, rejected 0" in first  # 10 x 2 + 3 photos
+    assert "gift order 1011: 2 enqueued atomically" in first
+    again = _run("producer.py", server, "--orders", "10")
+    assert "enqueued 0, deduplicated 23, rejected 0" in again
+    assert "gift order 1011: 0 enqueued atomically" in again
+
+
+def test_trio_worker(server: ServerProcess) -> None:
+    jobs = _produce(server, 1, 10)
+    output = _run_worker_until_done([sys.executable, "trio_worker.py"], server, jobs)
+    assert "order 7: card declined" in output  # and dead-lettered
+    assert "SIGTERM: draining" in output
+    assert "processed=24, nacked_retry=0, nacked_dead_letter=1, lease_lost=0" in output
+
+
+def test_asyncio_worker(server: ServerProcess) -> None:
+    jobs = _produce(server, 30, 6)
+    output = _run_worker_until_done([sys.executable, "asyncio_worker.py"], server, jobs)
+    assert "on asyncio" in output
+    assert f"processed={jobs}," in output
+
+
+def test_cli_worker_with_the_example_registry(server: ServerProcess) -> None:
+    jobs = _produce(server, 40, 4)
+    argv = [sys.executable, "-m", "sepp_anyio", "worker", "shop_jobs:handlers", "-q", "shop"]
+    argv += ["--auto-extend", "--backend", "trio"]
+    output = _run_worker_until_done(argv, server, jobs)
+    assert f"worker drained and stopped: {jobs} acked" in output
+
+
+def test_dead_letter_replay(server: ServerProcess) -> None:
+    async def make_dead_letters(client: sepp.Client) -> dict[str, str]:
+        refused = await client.enqueue(sepp.EnqueueRequest("shop", "charge_card"))
+        tired = await client.enqueue(sepp.EnqueueRequest("shop", "resize_photo", max_attempts=1))
+        for job in await client.reserve(["shop"], lease=30.0, wait=1.0, max_jobs=2):
+            directive = (
+                sepp.RetryDirective.dead_letter()
+                if job.ctx.id == refused.job_id
+                else sepp.RetryDirective.default()
+            )
+            assert await client.nack(job.ctx, directive, "demo failure")
+        return {"rejected": refused.job_id, "attempts_exhausted": tired.job_id}
+
+    dead = with_client(server.address, make_dead_letters)
+    out = _run("dead_letter_replay.py", server, "--queue", "shop")
+    assert f"{dead['rejected']} charge_card on shop: rejected" in out
+    assert "-> shop.parked" in out
+    assert f"{dead['attempts_exhausted']} resize_photo on shop: attempts_exhausted" in out
+    assert "replayed 2 dead letter(s)" in out
+
+    async def where(client: sepp.Client) -> dict[str, str]:
+        found = {}
+        for queue in ("shop", "shop.parked"):
+            for job in await client.reserve([queue], lease=30.0, wait=1.0, max_jobs=5):
+                found[job.ctx.job_type] = queue
+        return found
+
+    assert with_client(server.address, where) == {
+        "charge_card": "shop.parked",
+        "resize_photo": "shop",
+    }
+    assert "no dead letters" in _run("dead_letter_replay.py", server)
+
+
+def test_the_example_test_suite_passes(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLES)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 passed" in result.stdout
