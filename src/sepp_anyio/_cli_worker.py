@@ -15,8 +15,8 @@ the current directory (or ``--path``) first on ``sys.path``, naming either
 Lifecycle: connect, build the worker, start it and log ``ready`` once it reserves. The
 first SIGINT or SIGTERM stops reserving and drains the jobs in flight (their leases are
 still extended); the process then exits 0. A second signal cancels the handlers still
-running (their jobs are not settled: the server hands them out again when their leases
-expire) and the process exits 128 + the signal number.
+running (their jobs are nacked for an immediate retry, as when ``--drain-timeout``
+passes) and the process exits 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ either
     The factory chooses queues and settings: the worker options are refused with it.
 
 The first signal stops reserving and drains the jobs in flight (exit status 0); a second
-one cancels the handlers still running (their jobs come back when their leases expire;
+one cancels the handlers still running (their jobs are nacked for an immediate retry;
 exit status 128 + signal number). "ready" is logged once the worker reserves. Calls that
 fail transiently are retried up to 3 times (never in a way that duplicates a job).
 """
@@ -378,19 +378,19 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                         else:
                             logger.warning(
                                 "%s received again: cancelling %d running handler(s); their "
-                                "jobs return to the queue when their leases expire",
+                                "jobs are nacked for an immediate retry",
                                 name,
                                 worker.statistics().in_flight,
                             )
                             forced = 128 + signum
-                            tg.cancel_scope.cancel()
+                            worker.cancel_in_flight()
                             return
 
                 await tg.start(run_worker)
                 logger.info(
                     "ready: worker %s reserving from %s at %s (%s backend)",
                     worker.worker_id,
-                    ", ".join(worker._queues),
+                    ", ".join(worker.queues),
                     args.address,
                     args.backend,
                 )
@@ -405,7 +405,7 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                 stats.nacked_dead_letter,
                 stats.lease_lost,
                 stats.settle_errors,
-                "" if not forced else "; jobs still running were left to lease expiry",
+                "" if not forced else "; handlers still running were cancelled and retried",
             )
     return forced
 

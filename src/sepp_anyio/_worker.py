@@ -349,6 +349,26 @@ class Worker:
         if self._reserve_scope is not None:
             self._reserve_scope.cancel()
 
+    def cancel_in_flight(self) -> None:
+        """Shut down, and cancel the handlers still running right now.
+
+        Their jobs are nacked for immediate retry (``RetryDirective.after(0)``),
+        exactly as when ``drain_timeout`` passes, so another worker can take
+        them at once instead of waiting for their leases to expire. A handler
+        that finishes anyway (it swallowed the cancellation) keeps its own
+        outcome. Idempotent; callable from any task. :meth:`run` returns once
+        every job is settled.
+        """
+        self.shutdown()
+        for run in list(self._runs):
+            run.drain_cancelled = True
+            run.scope.cancel()
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this worker reserves from, in priority order."""
+        return tuple(self._queues)
+
     def shutdown_handle(self) -> ShutdownHandle:
         """A handle whose ``shutdown()`` shuts this worker down."""
         return ShutdownHandle(self)

@@ -10,6 +10,7 @@ import anyio
 import anyio.abc
 import pytest
 
+import sepp_anyio
 from sepp_anyio import Client, Job, JobCtx, Payload, Worker
 from sepp_anyio.server import JobState
 from sepp_anyio.testing import open_in_memory_client
@@ -416,3 +417,33 @@ async def test_an_ack_that_never_answers_is_abandoned_after_a_bound(
         stats = worker.statistics()
         assert (stats.processed, stats.settle_errors) == (1, 1)
         assert any("did not finish within 30s" in r.getMessage() for r in caplog.records)
+
+
+async def test_cancel_in_flight_cancels_handlers_and_retries_their_jobs_at_once() -> None:
+    async with open_in_memory_client() as (client, _):
+        (ack,) = await client.enqueue_batch([sepp_anyio.EnqueueRequest("q", "slow")])
+        assert isinstance(ack, sepp_anyio.EnqueueAck)
+        worker = sepp_anyio.Worker(client, ["q"], wait=1.0)
+        started = anyio.Event()
+        cancelled = anyio.Event()
+
+        @worker.handler("slow")
+        async def slow(payload: sepp_anyio.Payload | None, ctx: sepp_anyio.JobCtx) -> None:
+            started.set()
+            try:
+                await anyio.sleep(3600)
+            finally:
+                cancelled.set()
+
+        assert worker.queues == ("q",)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await started.wait()
+            worker.cancel_in_flight()
+            worker.cancel_in_flight()  # idempotent
+        assert cancelled.is_set()
+        assert worker.statistics().nacked_retry == 1
+        # Back in the queue at once, on its next attempt, not after the lease.
+        (job,) = await client.reserve(["q"], lease=30, wait=0)
+        assert job.ctx.id == ack.job_id
+        assert job.ctx.attempt == 2
