@@ -127,9 +127,10 @@ class Channel:
         ]
         # Credentials are never indexed (HPACK's advice for secrets); other
         # constant metadata is, like the fixed headers.
+        encoded = encode_metadata(metadata)
+        self._indexed_metadata = [(k, v) for k, v in encoded if k != b"authorization"]
         self._base_metadata: list[tuple[bytes, bytes]] = [
-            NeverIndexedHeaderTuple(key, value) if key == b"authorization" else (key, value)
-            for key, value in encode_metadata(metadata)
+            NeverIndexedHeaderTuple(k, v) for k, v in encoded if k == b"authorization"
         ]
         self._paths: dict[str, bytes] = {}
 
@@ -227,7 +228,13 @@ class Channel:
 
     def _request_headers(
         self, path: str, timeout: bytes | None, metadata: list[tuple[bytes, bytes]]
-    ) -> list[tuple[bytes, bytes]]:
+    ) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The request's headers, and how many leading ones are the same on every call.
+
+        Constant first (pseudo-headers, fixed headers, constant metadata), then
+        what varies per call: the connection's encoder caches the encoding of
+        the constant part.
+        """
         raw_path = self._paths.get(path)
         if raw_path is None:
             raw_path = self._paths[path] = path.encode("ascii")
@@ -236,16 +243,18 @@ class Channel:
             (b":scheme", self._scheme),
             (b":path", raw_path),
             (b":authority", self._authority),
+            *self._fixed_headers,
+            *self._indexed_metadata,
         ]
+        constant = len(headers)
         if timeout is not None:
             # A different value on every call: indexing it would fill the
             # HPACK dynamic table with dead entries and evict the constant
             # headers, which are otherwise sent as one-byte references.
             headers.append(NeverIndexedHeaderTuple(b"grpc-timeout", timeout))
-        headers += self._fixed_headers
         if metadata:
             headers += metadata
-        return headers
+        return headers, constant
 
     # ------------------------------------------------------------ connections
 

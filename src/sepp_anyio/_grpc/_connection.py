@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -39,6 +39,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from hyperframe.frame import Frame, GoAwayFrame
@@ -107,6 +108,60 @@ class _H2Connection(h2.connection.H2Connection):
         event.last_stream_id = frame.last_stream_id
         event.additional_data = frame.additional_data or None
         return [], [event]
+
+
+class _CachingEncoder(hpack.Encoder):
+    """An HPACK encoder that reuses the encoding of each request's constant headers.
+
+    A request's headers are a constant part (pseudo-headers, te, content-type,
+    user-agent, constant metadata: the same for every call of a method) and a
+    per-call part (grpc-timeout, traceparent, ...), which the channel sends as
+    never-indexed literals, so they never change the dynamic table. Once the
+    constant headers are all in the table, encoding them yields references
+    only, and as long as nothing is added to the table those bytes are the
+    same every time: they are cached per method, keyed by a version number
+    that every table insertion bumps. This removes most of the encoding cost
+    of a unary call (h2's encoder is pure Python and searches the table for
+    every header).
+
+    The caller announces the constant prefix with :meth:`expect_prefix` right
+    before ``h2.send_headers`` (which encodes synchronously).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._version = 0
+        original_add = self.header_table.add
+
+        def add(name: bytes, value: bytes) -> Any:
+            self._version += 1
+            return original_add(name, value)
+
+        self.header_table.add = add  # type: ignore[method-assign]
+        self._cache: dict[bytes, tuple[int, bytes]] = {}
+        self._prefix: tuple[bytes, int] | None = None
+
+    def expect_prefix(self, key: bytes, count: int) -> None:
+        """The next header block starts with ``count`` constant headers named by ``key``."""
+        self._prefix = (key, count)
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        prefix, self._prefix = self._prefix, None
+        if prefix is None or self.header_table.resized or not isinstance(headers, list):
+            return super().encode(headers, huffman)
+        key, count = prefix
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == self._version:
+            head = cached[1]
+        else:
+            before = self._version
+            head = super().encode(headers[:count], huffman)
+            if self._version == before:
+                # Pure references: valid until the next insertion.
+                self._cache[key] = (before, head)
+        if len(headers) > count:
+            return head + super().encode(headers[count:], huffman)
+        return head
 
 
 class CallState:
@@ -189,6 +244,8 @@ class Connection:
                 normalize_inbound_headers=False,
             )
         )
+        self.encoder = _CachingEncoder()
+        self.h2.encoder = self.encoder
         self.calls: dict[int, CallState] = {}
         # Set once the connection can carry no new call; existing calls may
         # still finish (after a graceful GOAWAY) unless failure is also set.
@@ -463,6 +520,8 @@ class Connection:
             if call is not None:
                 call.ended = True
                 call.wake()
+                # A sender waiting for window on this stream must stop (see _send_body).
+                self._wake_window_waiters()
         elif kind is h2.events.StreamReset:
             assert isinstance(event, h2.events.StreamReset)
             call = self.calls.get(event.stream_id)
@@ -471,6 +530,9 @@ class Connection:
                 if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM and call.headers is None:
                     call.unprocessed = True
                 call.wake()
+                # No window will ever come for a reset stream: a sender waiting for it must
+                # see the reset now, not at the next update of another stream.
+                self._wake_window_waiters()
         elif kind is h2.events.WindowUpdated:
             self._wake_window_waiters()
         elif kind is h2.events.RemoteSettingsChanged:

@@ -36,10 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
+import betterproto2
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
+from .._decoded import check_decoded
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import decode_grpc_message, encode_message, encode_timeout, status_from_http
 from ._metadata import decode_metadata
@@ -61,6 +63,9 @@ _NO_SCOPE = contextlib.nullcontext()
 _MAX_RESENDS = 20
 _RESEND_BACKOFF = 0.01
 _RESEND_BACKOFF_MAX = 0.5
+# Bound on the checkpoints _deliver_expired_deadline takes; the backend cancels an expired
+# scope within an event-loop iteration or two.
+_DEADLINE_SPINS = 100
 
 logger = logging.getLogger("sepp_anyio.transport")
 
@@ -89,6 +94,21 @@ def _raise_for_status(headers: list[tuple[bytes, bytes]]) -> None:
     # sepp protocol defines no rich error details, and a malformed one must
     # not mask the status itself.
     raise GRPCError(status, message)
+
+
+async def _deliver_expired_deadline() -> None:
+    """If the caller's deadline has passed, yield until the backend delivers its cancellation.
+
+    A deadline that has passed is not cancelled at once: the backend notices it at its next
+    turn, and a task that has not blocked since does not see it. A call must neither go out
+    with a deadline that is already over (``grpc-timeout: 1n``), nor turn the server's
+    DEADLINE_EXCEEDED answer to *that* deadline into an error where the caller's own
+    ``fail_after`` / ``move_on_after`` should end the call.
+    """
+    for _ in range(_DEADLINE_SPINS):
+        if anyio.current_effective_deadline() > anyio.current_time():
+            return
+        await anyio.lowlevel.checkpoint()
 
 
 class Stream:
@@ -184,7 +204,9 @@ class Stream:
     def _check_call(self, call: CallState, conn: Connection) -> None:
         if call.failure is not None:
             raise call.failure
-        if call.reset_code is not None:
+        # A reset after the whole response has arrived only stops the request side (a
+        # server may answer before reading all of the request, then reset the stream).
+        if call.reset_code is not None and not call.ended:
             raise GRPCError(
                 status_for_reset(call.reset_code),
                 f"the server reset the stream (HTTP/2 error code {call.reset_code})",
@@ -259,13 +281,15 @@ class Stream:
         deadline = self._deadline
         if deadline is not None and deadline <= anyio.current_time():
             raise self._deadline_exceeded()
+        await _deliver_expired_deadline()
         scope = self._local_scope()
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
             timeout = self._timeout_header()
-            headers = self._channel._request_headers(self._name, timeout, self._metadata)
+            headers, constant = self._channel._request_headers(self._name, timeout, self._metadata)
             h2conn = conn.h2
             stream_id = h2conn.get_next_available_stream_id()
+            conn.encoder.expect_prefix(self._name.encode(), constant)
             h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
             self._conn = conn
             call = self._call = conn.open_call(stream_id)
@@ -323,16 +347,23 @@ class Stream:
         view = memoryview(data)
         while True:
             self._check_call(call, conn)
+            if call.ended:
+                # The server answered in full without reading the rest of the request
+                # (it refused it, say): the rest is not sent, the answer is read as usual.
+                return
             window = min(
                 h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
             )
             if window <= 0:
                 await conn.flush()
-                # Re-check after the flush: the window may have opened.
+                # Re-check after the flush: the window may have opened, or the stream
+                # ended or was reset meanwhile (then no window update will come for it).
                 if (
                     h2conn.local_flow_control_window(stream_id) <= 0
                     and conn.failure is None
                     and call.failure is None
+                    and call.reset_code is None
+                    and not call.ended
                 ):
                     await conn.wait_for_window()
                 continue
@@ -425,7 +456,7 @@ class Stream:
             # Trailers-only: the headers are the trailers.
             self._trailers_only = True
             self._trailers_done = True
-            _raise_for_status(headers)
+            await self._raise_status(headers)
             return
         content_type = _header(headers, b"content-type")
         if content_type is None or not content_type.startswith(b"application/grpc"):
@@ -458,11 +489,15 @@ class Stream:
                     raise GRPCError(Status.INTERNAL, "the server sent no response message")
                 return None
         try:
-            return self._recv_type.FromString(data)
+            message = self._recv_type.FromString(data)
+            if isinstance(message, betterproto2.Message):
+                # betterproto2 lets a wrong wire type through as a field of the wrong type.
+                check_decoded(message)
         except Exception as exc:
             raise GRPCError(
                 Status.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"
             ) from exc
+        return message
 
     async def recv_trailing_metadata(self) -> None:
         """Wait for the trailers and raise a non-OK status."""
@@ -479,7 +514,22 @@ class Stream:
         self._trailers_done = True
         if call.trailers is None:
             raise GRPCError(Status.INTERNAL, "the server ended the stream without trailers")
-        _raise_for_status(call.trailers)
+        await self._raise_status(call.trailers)
+
+    @staticmethod
+    async def _raise_status(headers: list[tuple[bytes, bytes]]) -> None:
+        """Raise the status of the trailers, if not OK.
+
+        DEADLINE_EXCEEDED from the server is usually its verdict on the deadline we sent it:
+        when that was the caller's and it has passed, the caller's cancellation wins (an
+        ambient deadline is never converted into an error).
+        """
+        try:
+            _raise_for_status(headers)
+        except GRPCError as exc:
+            if exc.status is Status.DEADLINE_EXCEEDED:
+                await _deliver_expired_deadline()
+            raise
 
     def __aiter__(self) -> Stream:
         return self
