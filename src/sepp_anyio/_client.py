@@ -251,7 +251,6 @@ class Client:
         queues = sorted({request.queue for request in requests})
         return {
             "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue",
             "messaging.destination.name": ",".join(queues),
             "messaging.batch.message_count": len(requests),
         }
@@ -293,18 +292,7 @@ class Client:
             ClientError: the call failed as a whole.
         """
         requests = _checked_batch(requests)
-        with _otel.client_span("sepp.enqueue", self._enqueue_attributes(requests)):
-            message = _convert.enqueue_batch_request_to_pb(
-                self._stamp(requests), now=self._wall_clock()
-            )
-            reply = await self._unary(
-                "enqueue_batch",
-                self._stub.enqueue_batch,
-                message,
-                timeout=self._rpc_timeout,
-                retry=True,
-                retry_codes=self._enqueue_retry_codes(requests),
-            )
+        reply = await self._send_batch("enqueue_batch", self._stub.enqueue_batch, requests)
         results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
         for index, result in enumerate(results):
             if isinstance(result, JobRejection):
@@ -322,21 +310,27 @@ class Client:
             ClientError: the call failed as a whole.
         """
         requests = _checked_batch(requests)
+        reply = await self._send_batch("enqueue_atomic", self._stub.enqueue_atomic, requests)
+        return _convert.enqueue_atomic_from_pb(reply, expected=len(requests))
+
+    async def _send_batch(self, rpc: str, method: Any, requests: list[EnqueueRequest]) -> Any:
+        """The EnqueueBatch/EnqueueAtomic call shared by both: span, trace stamping,
+        the delay resolved on the server's clock, and the keyless retry rule."""
         attributes = self._enqueue_attributes(requests)
-        attributes["messaging.operation.name"] = "enqueue_atomic"
-        with _otel.client_span("sepp.enqueue_atomic", attributes):
+        attributes["messaging.operation.name"] = "enqueue" if rpc == "enqueue_batch" else rpc
+        span_name = "sepp.enqueue" if rpc == "enqueue_batch" else f"sepp.{rpc}"
+        with _otel.client_span(span_name, attributes):
             message = _convert.enqueue_batch_request_to_pb(
                 self._stamp(requests), now=self._wall_clock()
             )
-            reply = await self._unary(
-                "enqueue_atomic",
-                self._stub.enqueue_atomic,
+            return await self._unary(
+                rpc,
+                method,
                 message,
                 timeout=self._rpc_timeout,
                 retry=True,
                 retry_codes=self._enqueue_retry_codes(requests),
             )
-        return _convert.enqueue_atomic_from_pb(reply, expected=len(requests))
 
     # ------------------------------------------------------------ consuming
 
