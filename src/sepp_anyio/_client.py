@@ -13,7 +13,7 @@ call) whose background tasks live inside ``async with``.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import logging
 import math
 import ssl
@@ -49,6 +49,7 @@ from ._types import (
     RetryDirective,
     RetryPolicy,
     ServerInfo,
+    TraceContext,
 )
 
 __all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "RESERVE_DEADLINE_SLACK", "Client", "connect"]
@@ -99,6 +100,17 @@ def _checked_batch(requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
                 f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
             )
     return batch
+
+
+def _with_trace(request: EnqueueRequest, trace_context: TraceContext) -> EnqueueRequest:
+    """A copy of ``request`` carrying ``trace_context``.
+
+    Copied rather than rebuilt with ``dataclasses.replace``: the request was
+    validated when it was made, and stamping must not validate it again.
+    """
+    stamped = copy.copy(request)
+    object.__setattr__(stamped, "trace_context", trace_context)
+    return stamped
 
 
 def _check_api_key(api_key: str) -> str:
@@ -240,9 +252,7 @@ class Client:
         if current is None:
             return requests
         return [
-            request
-            if request.trace_context is not None
-            else dataclasses.replace(request, trace_context=current)
+            request if request.trace_context is not None else _with_trace(request, current)
             for request in requests
         ]
 

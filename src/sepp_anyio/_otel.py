@@ -58,6 +58,17 @@ def _api() -> Any:
         pass
 
     api = Api()
+    # Providers that mean "no SDK installed": spans and metrics would be
+    # discarded, so the hooks below skip them (their overhead is not free).
+    api.idle_tracer_providers = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)  # type: ignore[attr-defined]
+    idle_meters: list[type] = [metrics.NoOpMeterProvider]
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+        idle_meters.append(_ProxyMeterProvider)
+    except ImportError:  # pragma: no cover - a future API may move it
+        pass
+    api.idle_meter_providers = tuple(idle_meters)  # type: ignore[attr-defined]
     api.trace = trace  # type: ignore[attr-defined]
     api.context = context  # type: ignore[attr-defined]
     api.metrics = metrics  # type: ignore[attr-defined]
@@ -70,6 +81,11 @@ def _api() -> Any:
 def available() -> bool:
     """Whether the OpenTelemetry API is importable."""
     return _api() is not None
+
+
+def _tracing(api: Any) -> bool:
+    """Whether an SDK tracer provider is installed (checked per use: it may come later)."""
+    return not isinstance(api.trace.get_tracer_provider(), api.idle_tracer_providers)
 
 
 def _tracer() -> Any:
@@ -86,9 +102,19 @@ def trace_metadata() -> list[tuple[str, str]]:
     api = _api()
     if api is None:
         return []
-    carrier: dict[str, str] = {}
-    api.propagator.inject(carrier)
-    return [(key, value) for key, value in carrier.items() if key in ("traceparent", "tracestate")]
+    context = api.trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return []
+    # The W3C format directly: cheaper than the propagator, on every RPC.
+    metadata = [
+        (
+            "traceparent",
+            f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}",
+        )
+    ]
+    if context.trace_state:
+        metadata.append(("tracestate", context.trace_state.to_header()))
+    return metadata
 
 
 def current_trace_context() -> TraceContext | None:
@@ -145,7 +171,7 @@ def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
     and other ``BaseException``s end the span without an error status.
     """
     api = _api()
-    if api is None:
+    if api is None or not _tracing(api):
         yield None
         return
     with _tracer().start_as_current_span(
@@ -174,7 +200,7 @@ def process_span(
     the caller sets its status, since it knows the job's outcome.
     """
     api = _api()
-    if api is None:
+    if api is None or not _tracing(api):
         yield None
         return
     span_context = _span_context_of(trace_context)
@@ -210,13 +236,30 @@ def add_event(span: Any, name: str, attributes: Mapping[str, Any] | None = None)
 
 
 class Metrics:
-    """The worker's instruments (all no-ops without OpenTelemetry)."""
+    """The worker's instruments; :attr:`enabled` is False (and they must not be
+    used) while no SDK meter provider is installed."""
+
+    processed: Any
+    nacked: Any
+    in_flight: Any
+    reserves_completed: Any
+    reserves_failed: Any
+    duration: Any
+    lease_lost: Any
 
     def __init__(self) -> None:
+        self._created = False
+
+    @property
+    def enabled(self) -> bool:
         api = _api()
-        self.enabled = api is not None
-        if api is None:
-            return
+        if api is None or isinstance(api.metrics.get_meter_provider(), api.idle_meter_providers):
+            return False
+        if not self._created:
+            self._create(api)
+        return True
+
+    def _create(self, api: Any) -> None:
         meter = api.metrics.get_meter("sepp_anyio", __version__)
         self.processed = meter.create_counter(
             "sepp.jobs.processed", unit="{job}", description="Jobs acknowledged after processing"
@@ -241,9 +284,10 @@ class Metrics:
             unit="{job}",
             description="Jobs cancelled because their lease was lost",
         )
+        self._created = True
 
 
 @cache
 def metrics() -> Metrics:
-    """The process-wide instruments (created on first use)."""
+    """The process-wide instruments (created once a meter provider is installed)."""
     return Metrics()

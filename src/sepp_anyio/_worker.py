@@ -611,14 +611,16 @@ class Worker:
             job_context(ctx, self.worker_id),
             _otel.process_span(ctx.trace_context, attributes) as span,
         ):
-            if metrics.enabled:
+            # Read once: the +1 and the -1 must go to the same place.
+            measured = metrics.enabled
+            if measured:
                 metrics.in_flight.add(1)
             started = anyio.current_time()
             outcome = "cancelled"
             try:
                 outcome = await self._handle(job, run, span)
             finally:
-                if metrics.enabled:
+                if measured:
                     metrics.in_flight.add(-1)
                     metrics.duration.record(
                         anyio.current_time() - started,

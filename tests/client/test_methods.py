@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from opentelemetry import trace
 
 import sepp_anyio
 from sepp_anyio import (
@@ -124,7 +125,13 @@ async def test_enqueue_without_optionals_gets_the_queue_defaults() -> None:
         job = await one_job(client)
     assert job.payload is None
     assert (job.ctx.priority, job.ctx.max_attempts, job.ctx.custom) == (3, 5, {})
-    assert job.ctx.scheduled_at is None and job.ctx.trace_context is None
+    assert job.ctx.scheduled_at is None
+    # With an OpenTelemetry SDK installed (tests/otel installs one for the
+    # session) the client's own span is stamped into the job; without one, nothing.
+    tracing = not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )
+    assert (job.ctx.trace_context is not None) == tracing
 
 
 async def test_enqueue_with_a_repeated_idempotency_key_is_deduplicated() -> None:
