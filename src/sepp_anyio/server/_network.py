@@ -48,6 +48,8 @@ import anyio
 import grpclib.config
 import grpclib.server
 from anyio.abc import TaskStatus
+from grpclib.const import Status
+from grpclib.metadata import decode_timeout
 from grpclib.protocol import H2Protocol
 
 from ._clock import Clock
@@ -192,6 +194,50 @@ class _Connection(H2Protocol):
             self.transport.abort()
 
 
+#: A call whose ``grpc-timeout`` is shorter than this is not run: it is answered
+#: DEADLINE_EXCEEDED when its deadline passes (see ``_Handler``).
+_MIN_CALL_TIMEOUT = 0.001
+
+
+async def _deadline_exceeded(stream: Any, release_stream: Any, remaining: float) -> None:
+    try:
+        # Never before the deadline: the client must see its own deadline pass first.
+        await asyncio.sleep(remaining)
+        await grpclib.server._abort(stream, 200, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
+    except Exception as exc:  # the client went away meanwhile
+        logger.debug("could not answer a call with an expired deadline: %r", exc)
+    finally:
+        release_stream()
+
+
+class _Handler(grpclib.server.Handler):
+    """grpclib's per-connection call handler, for calls whose deadline is (all but) over
+    when they arrive.
+
+    grpclib 0.4.9 restarts the clock of ``grpc-timeout`` when the call's task starts and, if
+    nothing is left of it by then (``1n``, a few microseconds), reports the deadline as an
+    application error: it logs a traceback and answers UNKNOWN "Internal Server Error".
+    Such a call is not run at all here; it is answered DEADLINE_EXCEEDED once its deadline
+    has passed.
+    """
+
+    def accept(self, stream: Any, headers: Any, release_stream: Any) -> None:
+        try:
+            timeout = min(
+                (decode_timeout(value) for key, value in headers if key == "grpc-timeout"),
+                default=None,
+            )
+        except ValueError:
+            timeout = None  # grpclib answers a malformed grpc-timeout itself
+        if timeout is not None and timeout < _MIN_CALL_TIMEOUT:
+            self.__gc_step__()
+            self._tasks[stream] = self.loop.create_task(
+                _deadline_exceeded(stream, release_stream, timeout)
+            )
+            return
+        super().accept(stream, headers, release_stream)
+
+
 class _GrpcServer(grpclib.server.Server):
     """grpclib's server, keeping hold of its connections.
 
@@ -212,7 +258,14 @@ class _GrpcServer(grpclib.server.Server):
         self.refusing = False
 
     def _protocol_factory(self) -> H2Protocol:
-        return _Connection(super()._protocol_factory(), self, refuse=self.refusing)
+        # grpclib's own factory, with our handler.
+        self.__gc_step__()
+        handler = _Handler(
+            self._mapping, self._codec, self._status_details_codec, self.__dispatch__
+        )
+        self._handlers.add(handler)
+        inner = H2Protocol(handler, self._config, self._h2_config)
+        return _Connection(inner, self, refuse=self.refusing)
 
 
 @final

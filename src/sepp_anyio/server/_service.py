@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
+import betterproto2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
+from sepp_anyio._decoded import check_decoded
 from sepp_anyio._proto.sepp import v1 as pb
 
 from ._auth import authenticate
@@ -84,29 +86,77 @@ _RPCS: Final = (
 )
 
 
+async def _recv_request(stream: Stream[Any, Any]) -> Any:
+    """The request message of a unary call, or None if the client sent none.
+
+    grpclib's ``Stream.recv_message`` buffers a message whole before the codec can look at
+    its size, so a client announcing gigabytes makes the server hold them; and it reports a
+    message cut short or a compressed one with a bare exception.  This reads the gRPC
+    prefix itself: a message over the codec's limit is refused from its announced length,
+    before any of it is buffered, and broken framing is answered as an undecodable request
+    (INTERNAL, as tonic does).
+
+    Raises:
+        GRPCError: OUT_OF_RANGE (too large), INTERNAL (broken framing, undecodable).
+    """
+    h2_stream = stream._stream
+    try:
+        prefix = await h2_stream.recv_data(5)
+        if not prefix:
+            return None
+        if prefix[0]:
+            raise GRPCError(
+                Status.INTERNAL,
+                "protocol error: received message with compressed-flag but no grpc-encoding "
+                "was specified",
+            )
+        size = int.from_bytes(prefix[1:], "big")
+        codec = stream._codec
+        if isinstance(codec, MessageCodec):
+            codec.check_size(size)
+        data = await h2_stream.recv_data(size)
+    except AssertionError:
+        # grpclib's buffer: the stream ended before the announced length.
+        raise GRPCError(
+            Status.INTERNAL, "failed to decode Protobuf message: the request is cut short"
+        ) from None
+    (message,) = await stream._dispatch.recv_message(codec.decode(data, stream._recv_type))
+    return message
+
+
 class MessageCodec(ProtoCodec):
     """grpclib's protobuf codec, refusing requests larger than ``max_message_bytes``.
 
-    The limit is checked when a request is decoded (grpclib has buffered the message by
-    then; it has no earlier hook).  The status and wording follow tonic, which the real
+    QueueService checks the limit on a request's announced length, before reading it
+    (:meth:`check_size`); grpclib's own reading, used by the health service, checks it at
+    decoding, once buffered.  The status and wording follow tonic, which the real
     server uses: OUT_OF_RANGE "decoded message length too large".  A message that does not
-    parse gives INTERNAL, as in tonic.
+    parse gives INTERNAL, as in tonic; so does one with a field of the wrong wire type
+    (``check_decoded``), which betterproto2 alone would let through.
     """
 
     def __init__(self, max_message_bytes: int) -> None:
         self.max_message_bytes = max_message_bytes
 
-    def decode(self, data: bytes, message_type: type[Any]) -> Any:
-        if len(data) > self.max_message_bytes:
+    def check_size(self, size: int) -> None:
+        """Raise OUT_OF_RANGE if a message of ``size`` bytes is over the limit."""
+        if size > self.max_message_bytes:
             raise GRPCError(
                 Status.OUT_OF_RANGE,
-                f"Error, decoded message length too large: found {len(data)} bytes, "
+                f"Error, decoded message length too large: found {size} bytes, "
                 f"the limit is: {self.max_message_bytes} bytes",
             )
+
+    def decode(self, data: bytes, message_type: type[Any]) -> Any:
+        self.check_size(len(data))
         try:
-            return message_type.FromString(data)
+            message = message_type.FromString(data)
+            if isinstance(message, betterproto2.Message):
+                # betterproto2 lets a wrong wire type through as a field of the wrong type.
+                check_decoded(message)
         except Exception as exc:
             raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+        return message
 
 
 @final
@@ -196,7 +246,7 @@ class QueueService:
             authenticate(
                 header if isinstance(header, str) else None, self._engine.config.auth.api_keys
             )
-            request = await stream.recv_message()
+            request = await _recv_request(stream)
             if request is None:
                 raise EngineError(Status.INTERNAL, "missing request message")
             return await method(request)

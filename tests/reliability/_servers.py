@@ -1,0 +1,243 @@
+"""Reference servers for the reliability scenarios.
+
+* :func:`durable_server`: ``python -m sepp_anyio.server --db FILE`` in a subprocess (SQLite,
+  fsync before every reply), dead-letter retention on: killable with SIGKILL, restartable
+  on the same database.
+* :class:`FaultServer`: the same engine and grpclib service in a thread of this process,
+  with hooks the subprocess cannot offer: answer the next calls with a chosen status
+  (RESOURCE_EXHAUSTED, UNAVAILABLE) before they reach the engine, and send GOAWAY on
+  every connection.
+
+Both keep their jobs in a SQLite file, which the accounting reads (``_ledger``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, cast
+
+import anyio
+from grpclib.const import Status
+
+from sepp_anyio.server import Engine, EngineError, ServerConfig, SqliteStore, StorageConfig
+from sepp_anyio.server._cli import ServerProcess
+from sepp_anyio.server._network import _GrpcServer, _listening_socket
+from sepp_anyio.server._service import HealthService, MessageCodec, QueueService
+
+__all__ = ["RETENTION_ENV", "FaultServer", "durable_server", "start_process"]
+
+#: Keep dead letters for an hour (off by default), so the accounting can see them.
+RETENTION_ENV = {"SEPP_STORAGE__DEAD_LETTER_RETENTION_MS": "3600000"}
+
+_METHODS = (
+    "enqueue_batch",
+    "enqueue_atomic",
+    "reserve",
+    "ack",
+    "nack",
+    "extend",
+    "drain_dead_letters",
+    "get_server_info",
+)
+
+
+def start_process(db: Path, *, port: int = 0, env: dict[str, str] | None = None) -> ServerProcess:
+    """Start the server on ``db`` (blocking); dead-letter retention on."""
+    server = ServerProcess(
+        "--db",
+        str(db),
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+        "--shutdown-grace",
+        "1",
+        env={**os.environ, **RETENTION_ENV, **(env or {})},
+    )
+    server.start()
+    return server
+
+
+@contextmanager
+def durable_server(db: Path, *, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    server = start_process(db, env=env)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class _FaultyEngine:
+    """The engine as the grpclib service sees it, with scripted failures in front."""
+
+    def __init__(self, engine: Engine, owner: FaultServer) -> None:
+        self._engine = engine
+        self._owner = owner
+        for name in _METHODS:
+            setattr(self, name, self._wrap(name, getattr(engine, name)))
+
+    @property
+    def config(self) -> ServerConfig:
+        return self._engine.config
+
+    def _wrap(
+        self, name: str, method: Callable[[Any], Awaitable[Any]]
+    ) -> Callable[[Any], Awaitable[Any]]:
+        async def call(request: Any) -> Any:
+            self._owner._maybe_fail(name)
+            return await method(request)
+
+        return call
+
+
+class FaultServer:
+    """A network reference server in a background thread, with fault hooks.
+
+    ``fail_next(n, status)``: the next ``n`` QueueService calls (any RPC) are answered with
+    ``status`` without reaching the engine.  ``goaway_all()``: an HTTP/2 GOAWAY (NO_ERROR,
+    every stream processed) on every open connection; the connections stay up, clients are
+    expected to move to new ones.  All methods are thread-safe.
+    """
+
+    def __init__(self, db: Path, config: ServerConfig | None = None) -> None:
+        self.db = db
+        self.config = config or ServerConfig(
+            storage=StorageConfig(dead_letter_retention_ms=3_600_000)
+        )
+        self.port = 0
+        self.failed: Counter[str] = Counter()
+        self.goaways = 0
+        self._lock = threading.Lock()
+        self._fail_left = 0
+        self._fail_status = Status.UNAVAILABLE
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._server: _GrpcServer | None = None
+        self._error: BaseException | None = None
+        self._exhausted = threading.Event()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # ------------------------------------------------------------------ faults
+
+    def fail_next(self, count: int, status: Status) -> None:
+        with self._lock:
+            self._fail_left = count
+            self._fail_status = status
+            self._exhausted.clear()
+
+    def wait_failures_done(self, timeout: float = 30.0) -> None:
+        """Block until the scripted failures have all been served."""
+        if not self._exhausted.wait(timeout):
+            raise TimeoutError(f"the scripted failures were not all served within {timeout}s")
+
+    def _maybe_fail(self, method: str) -> None:
+        with self._lock:
+            if self._fail_left <= 0:
+                return
+            self._fail_left -= 1
+            status = self._fail_status
+            self.failed[method] += 1
+            if not self._fail_left:
+                self._exhausted.set()
+        raise EngineError(status, f"injected {status.name}")
+
+    def goaway_all(self) -> int:
+        """GOAWAY on every connection; returns how many got one."""
+        loop, server = self._loop, self._server
+        assert loop is not None and server is not None
+        done = threading.Event()
+        count = [0]
+
+        def send() -> None:
+            for connection in list(server.connections):
+                connection.goaway()
+                count[0] += 1
+            done.set()
+
+        loop.call_soon_threadsafe(send)
+        if not done.wait(10):
+            raise TimeoutError("the server's loop did not run the GOAWAY")
+        self.goaways += count[0]
+        return count[0]
+
+    def connections(self) -> int:
+        server = self._server
+        return 0 if server is None else len(server.connections)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fault-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the fault server did not start")
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        self._thread = None
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            anyio.run(self._main, backend="asyncio")
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with Engine(self.config, SqliteStore(str(self.db))) as engine:
+            faulty = cast("Engine", _FaultyEngine(engine, self))
+            codec = MessageCodec(engine.config.limits.max_message_bytes)
+            server = _GrpcServer([QueueService(faulty), HealthService(engine)], codec=codec)
+            sock = await _listening_socket("127.0.0.1", 0)
+            await server.start(sock=sock)
+            self.port = sock.getsockname()[1]
+            self._server = server
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                engine.shutdown()
+                server.close()
+                for connection in list(server.connections):
+                    connection.abort()
+                with anyio.move_on_after(5):
+                    await server.wait_closed()
+                self._server = None
