@@ -24,6 +24,7 @@ from typing import Any
 
 import betterproto2
 
+from . import _proto_codec
 from ._proto.google import protobuf as _google_protobuf
 from ._proto.sepp import v1 as _sepp_v1
 
@@ -58,10 +59,12 @@ def _message_classes(module: ModuleType) -> list[type[betterproto2.Message]]:
 
 
 def install() -> None:
-    """Give this package's generated message classes the cached lookup (idempotent)."""
-    for module in (_sepp_v1, _google_protobuf):
-        for cls in _message_classes(module):
-            cls._get_field_default = _get_field_default  # type: ignore[method-assign]
+    """Give this package's generated message classes the cached lookup and compiled
+    encoders/decoders (idempotent)."""
+    classes = [cls for module in (_sepp_v1, _google_protobuf) for cls in _message_classes(module)]
+    for cls in classes:
+        cls._get_field_default = _get_field_default  # type: ignore[method-assign]
+    _proto_codec.install(classes)
 
 
 install()
