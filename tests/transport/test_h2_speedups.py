@@ -1,0 +1,108 @@
+"""The h2 speed-ups change cost only: decoded headers and frame handling stay the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import hpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sepp_anyio._grpc._connection import _QUIET_FRAMES, _CachingDecoder, _H2Connection
+
+names = st.sampled_from([b"grpc-status", b"grpc-message", b"content-type", b"x-a", b"x-b"])
+values = st.sampled_from([b"0", b"1", b"application/grpc", b"ok", b"a" * 40, b""])
+blocks = st.lists(st.lists(st.tuples(names, values), min_size=1, max_size=4), max_size=30)
+# Between blocks the encoder may shrink or grow its table (a size update in the next block).
+sizes = st.lists(st.sampled_from([None, None, None, 0, 64, 4096]), min_size=30, max_size=30)
+
+
+@settings(max_examples=200)
+@given(blocks, sizes, st.booleans())
+def test_caching_decoder_decodes_like_hpack(
+    header_blocks: list[list[tuple[bytes, bytes]]], table_sizes: list[int | None], huffman: bool
+) -> None:
+    encoder = hpack.Encoder()
+    plain, caching = hpack.Decoder(), _CachingDecoder()
+    for headers, size in zip(header_blocks, table_sizes, strict=False):
+        if size is not None:
+            encoder.header_table_size = size
+        # Each header list twice: the second block is often references only, which the
+        # caching decoder serves from its cache from the next time on.
+        for _ in range(2):
+            block = encoder.encode(headers, huffman=huffman)
+            expected = plain.decode(block, raw=True)
+            got = caching.decode(block, raw=True)
+            assert got == expected == headers
+            assert [type(h) for h in got] == [type(h) for h in expected]
+        assert list(caching.header_table.dynamic_entries) == list(
+            plain.header_table.dynamic_entries
+        )
+
+
+def test_caching_decoder_serves_repeated_reference_blocks_from_its_cache() -> None:
+    encoder = hpack.Encoder()
+    decoder = _CachingDecoder()
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    first = encoder.encode(headers)
+    assert decoder.decode(first, raw=True) == headers  # inserts content-type: not cached
+    second = encoder.encode(headers)  # references only now
+    assert decoder.decode(second, raw=True) == headers
+    assert bytes(second) in decoder._cache
+    cached = decoder.decode(second, raw=True)
+    cached.append((b"x", b"y"))  # the caller may change its list; the cache keeps its own
+    assert decoder.decode(second, raw=True) == headers
+    # Any insertion invalidates: the same bytes may now mean other headers.
+    decoder.decode(encoder.encode([(b"x-new", b"v")]), raw=True)
+    assert decoder._cache[bytes(second)][0] != decoder._version
+
+
+def test_received_frames_have_cheap_reprs_and_the_same_handling() -> None:
+    config: dict[str, Any] = {
+        "header_encoding": None,
+        "validate_outbound_headers": False,
+        "normalize_outbound_headers": False,
+        "validate_inbound_headers": False,
+    }
+    client = _H2Connection(h2.config.H2Configuration(client_side=True, **config))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+
+    stream_id = client.get_next_available_stream_id()
+    client.send_headers(stream_id, [(b":method", b"POST"), (b":path", b"/x")], end_stream=True)
+    server.receive_data(client.data_to_send())
+    server.send_headers(stream_id, [(b":status", b"200")])
+    server.send_data(stream_id, b"payload")
+    server.send_headers(stream_id, [(b"grpc-status", b"0")], end_stream=True)
+    data = server.data_to_send()
+
+    frames: list[Any] = []
+    buffer = client.incoming_buffer
+    original_next = type(buffer).__next__
+
+    def spy(self: Any) -> Any:
+        frame = original_next(self)
+        frames.append(frame)
+        return frame
+
+    type(buffer).__next__ = spy  # type: ignore[method-assign]
+    try:
+        events = client.receive_data(data)
+    finally:
+        type(buffer).__next__ = original_next  # type: ignore[method-assign]
+    kinds = [type(event) for event in events]
+    assert kinds == [
+        h2.events.ResponseReceived,
+        h2.events.DataReceived,
+        h2.events.TrailersReceived,
+        h2.events.StreamEnded,
+    ]
+    assert frames and all(type(frame) in _QUIET_FRAMES.values() for frame in frames)
+    assert repr(frames[0]) == f"HeadersFrame(stream_id={stream_id})"
