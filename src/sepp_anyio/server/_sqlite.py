@@ -155,6 +155,45 @@ def _job_from_row(row: Sequence[Any]) -> StoredJob:
     )
 
 
+_DELETE_JOB = "DELETE FROM jobs WHERE id = ?"
+_DELETE_DEAD_LETTER = "DELETE FROM dead_letters WHERE id = ?"
+_PUT_DEDUP = "INSERT OR REPLACE INTO dedup VALUES (?, ?, ?, ?, ?)"
+_DELETE_DEDUP = "DELETE FROM dedup WHERE queue = ? AND key = ?"
+
+
+def _statement(write: Write) -> tuple[str, tuple[Any, ...]]:
+    """The SQL statement (one of the module's constants: compared by identity) and its
+    parameters for one write."""
+    match write:
+        case PutJob(job=job, new=True):
+            return _INSERT_JOB, _job_row(job)
+        case PutJob(job=job):
+            return _UPDATE_JOB, (
+                int(job.state),
+                job.attempt,
+                job.due_ms,
+                job.lease_expires_at_ms,
+                job.id,
+            )
+        case DeleteJob(job_id=job_id):
+            return _DELETE_JOB, (job_id,)
+        case PutDeadLetter(record=r):
+            return _INSERT_DEAD_LETTER, (
+                *_job_row(r.job),
+                int(r.cause),
+                r.failed_at_ms,
+                r.final_attempt,
+                r.last_reason,
+            )
+        case DeleteDeadLetter(job_id=job_id):
+            return _DELETE_DEAD_LETTER, (job_id,)
+        case PutDedup(entry=e):
+            return _PUT_DEDUP, (e.queue, e.key, e.job_id, e.enqueued_at_ms, e.deadline_ms)
+        case DeleteDedup(queue=queue, key=key):
+            return _DELETE_DEDUP, (queue, key)
+    raise TypeError(f"unknown write {write!r}")
+
+
 @final
 class SqliteStore:
     """A durable :class:`~sepp_anyio.server.Store` in one SQLite file (WAL mode).
@@ -246,43 +285,20 @@ class SqliteStore:
     def _commit_sync(conn: sqlite3.Connection, writes: Sequence[Write]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # Consecutive writes of one kind (a batch of enqueues, a stream of acks) go to
+            # SQLite as one executemany: the order of writes is kept, the per-statement
+            # Python overhead is not paid per row.
+            statement = ""
+            rows: list[tuple[Any, ...]] = []
             for write in writes:
-                match write:
-                    case PutJob(job=job, new=True):
-                        conn.execute(_INSERT_JOB, _job_row(job))
-                    case PutJob(job=job):
-                        conn.execute(
-                            _UPDATE_JOB,
-                            (
-                                int(job.state),
-                                job.attempt,
-                                job.due_ms,
-                                job.lease_expires_at_ms,
-                                job.id,
-                            ),
-                        )
-                    case DeleteJob(job_id=job_id):
-                        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-                    case PutDeadLetter(record=r):
-                        conn.execute(
-                            _INSERT_DEAD_LETTER,
-                            (
-                                *_job_row(r.job),
-                                int(r.cause),
-                                r.failed_at_ms,
-                                r.final_attempt,
-                                r.last_reason,
-                            ),
-                        )
-                    case DeleteDeadLetter(job_id=job_id):
-                        conn.execute("DELETE FROM dead_letters WHERE id = ?", (job_id,))
-                    case PutDedup(entry=e):
-                        conn.execute(
-                            "INSERT OR REPLACE INTO dedup VALUES (?, ?, ?, ?, ?)",
-                            (e.queue, e.key, e.job_id, e.enqueued_at_ms, e.deadline_ms),
-                        )
-                    case DeleteDedup(queue=queue, key=key):
-                        conn.execute("DELETE FROM dedup WHERE queue = ? AND key = ?", (queue, key))
+                sql, row = _statement(write)
+                if sql is not statement:
+                    if rows:
+                        conn.executemany(statement, rows)
+                    statement, rows = sql, []
+                rows.append(row)
+            if rows:
+                conn.executemany(statement, rows)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
