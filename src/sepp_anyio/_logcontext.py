@@ -14,11 +14,9 @@ the application's logging configuration stays its own.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from ._types import JobCtx
@@ -38,14 +36,23 @@ def current_job() -> JobCtx | None:
     return None if value is None else value[0]
 
 
-@contextlib.contextmanager
-def job_context(ctx: JobCtx, worker_id: str) -> Iterator[None]:
-    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`)."""
-    token = _current.set((ctx, worker_id))
-    try:
-        yield
-    finally:
-        _current.reset(token)
+class job_context:
+    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`).
+
+    A small class rather than a generator-based context manager: it is
+    entered once per job.
+    """
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, ctx: JobCtx, worker_id: str) -> None:
+        self._value = (ctx, worker_id)
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._value)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
 
 
 def install_record_factory() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -163,8 +164,12 @@ def attach_trace_context(trace_context: TraceContext | None) -> Iterator[None]:
         api.context.detach(token)
 
 
-@contextlib.contextmanager
-def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
+# Without an SDK the span helpers hand out this one reusable no-op context (a
+# generator-based context manager would cost a few microseconds a call for nothing).
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext(None)
+
+
+def client_span(name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
     """A CLIENT span around one RPC (None inside when OpenTelemetry is absent).
 
     An ``Exception`` marks the span as error and is recorded; cancellation
@@ -172,8 +177,12 @@ def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
     """
     api = _api()
     if api is None or not _tracing(api):
-        yield None
-        return
+        return _NO_SPAN
+    return _client_span(api, name, attributes)
+
+
+@contextlib.contextmanager
+def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
     with _tracer().start_as_current_span(
         name,
         kind=api.trace.SpanKind.CLIENT,
@@ -189,10 +198,9 @@ def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
             raise
 
 
-@contextlib.contextmanager
 def process_span(
     trace_context: TraceContext | None, attributes: Mapping[str, Any]
-) -> Iterator[Any]:
+) -> AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` of one job, linked to its producer.
 
     A link rather than a parent: the job may run long after, and many times
@@ -201,8 +209,14 @@ def process_span(
     """
     api = _api()
     if api is None or not _tracing(api):
-        yield None
-        return
+        return _NO_SPAN
+    return _process_span(api, trace_context, attributes)
+
+
+@contextlib.contextmanager
+def _process_span(
+    api: Any, trace_context: TraceContext | None, attributes: Mapping[str, Any]
+) -> Iterator[Any]:
     span_context = _span_context_of(trace_context)
     links = [api.trace.Link(span_context)] if span_context is not None else []
     with _tracer().start_as_current_span(
