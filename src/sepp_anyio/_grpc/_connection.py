@@ -299,7 +299,10 @@ class _CachingEncoder(hpack.Encoder):
                 # Pure references: valid until the next insertion.
                 self._cache[key] = (before, head)
         if len(headers) > count:
-            return head + super().encode(headers[count:], huffman)
+            # The per-call headers (grpc-timeout, trace context) are short and never
+            # indexed: Huffman coding them would save a byte or two for its pure-Python
+            # cost on every call.
+            return head + super().encode(headers[count:], huffman=False)
         return head
 
 
