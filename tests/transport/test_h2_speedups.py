@@ -11,7 +11,12 @@ import hpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_anyio._grpc._connection import _QUIET_FRAMES, _CachingDecoder, _H2Connection
+from sepp_anyio._grpc._connection import (
+    _QUIET_FRAMES,
+    _CachingDecoder,
+    _CachingEncoder,
+    _H2Connection,
+)
 
 names = st.sampled_from([b"grpc-status", b"grpc-message", b"content-type", b"x-a", b"x-b"])
 values = st.sampled_from([b"0", b"1", b"application/grpc", b"ok", b"a" * 40, b""])
@@ -106,3 +111,31 @@ def test_received_frames_have_cheap_reprs_and_the_same_handling() -> None:
     ]
     assert frames and all(type(frame) in _QUIET_FRAMES.values() for frame in frames)
     assert repr(frames[0]) == f"HeadersFrame(stream_id={stream_id})"
+
+
+header_names = st.binary(min_size=1, max_size=40).map(lambda b: b.lower())
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(header_names, st.binary(max_size=600)), min_size=1, max_size=5),
+    st.integers(min_value=1, max_value=3),
+)
+def test_per_call_literals_decode_to_the_same_headers_and_leave_the_table_alone(
+    tail: list[tuple[bytes, bytes]], calls: int
+) -> None:
+    encoder = _CachingEncoder()
+    decoder = hpack.Decoder()
+    constant = [(b":method", b"POST"), (b":path", b"/sepp.v1.QueueService/Ack")]
+    per_call = [hpack.NeverIndexedHeaderTuple(name, value) for name, value in tail]
+    for _ in range(calls):
+        encoder.expect_prefix(b"/sepp.v1.QueueService/Ack", len(constant))
+        entries_before = list(decoder.header_table.dynamic_entries)
+        block = encoder.encode([*constant, *per_call])
+        decoded = decoder.decode(block, raw=True)
+        assert decoded == [*constant, *tail]
+        # The per-call part arrives as never-indexed literals...
+        assert all(isinstance(h, hpack.NeverIndexedHeaderTuple) for h in decoded[2:])
+        # ...and adds nothing to the table (only the constant part may, on the first call).
+        if entries_before:
+            assert list(decoder.header_table.dynamic_entries) == entries_before

@@ -299,11 +299,38 @@ class _CachingEncoder(hpack.Encoder):
                 # Pure references: valid until the next insertion.
                 self._cache[key] = (before, head)
         if len(headers) > count:
-            # The per-call headers (grpc-timeout, trace context) are short and never
-            # indexed: Huffman coding them would save a byte or two for its pure-Python
-            # cost on every call.
-            return head + super().encode(headers[count:], huffman=False)
+            return head + self._encode_per_call(headers[count:])
         return head
+
+    def _encode_per_call(self, headers: list[Any]) -> bytes:
+        """The per-call headers (grpc-timeout, trace context, call metadata), which the
+        channel marks never-indexed: literals that never touch the dynamic table, so
+        they are written directly (RFC 7541 6.2.3, literal name, no Huffman coding)
+        instead of through hpack's table search, about 4% of a worker's CPU."""
+        out = bytearray()
+        for header in headers:
+            if not isinstance(header, hpack.NeverIndexedHeaderTuple):
+                return bytes(super().encode(headers, huffman=False))
+            name, value = header
+            out.append(0x10)
+            _append_hpack_string(out, name)
+            _append_hpack_string(out, value)
+        return bytes(out)
+
+
+def _append_hpack_string(out: bytearray, data: bytes) -> None:
+    """An HPACK string literal without Huffman coding: 7-bit-prefix length, then bytes."""
+    length = len(data)
+    if length < 127:
+        out.append(length)
+    else:
+        out.append(127)
+        length -= 127
+        while length >= 128:
+            out.append((length & 0x7F) | 0x80)
+            length >>= 7
+        out.append(length)
+    out += data
 
 
 class CallState:
