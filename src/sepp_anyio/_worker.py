@@ -497,10 +497,14 @@ class Worker:
             for index, job in enumerate(jobs):
                 token: object = first if index == 0 else object()
                 if index:
-                    # We asked for no more than the free capacity, so this
-                    # normally doesn't wait; if it does, the job still runs.
-                    with anyio.CancelScope(shield=True):
-                        await limiter.acquire_on_behalf_of(token)
+                    # We asked for no more than the free capacity, so a token is
+                    # normally free at once (no checkpoint needed); if not, we wait,
+                    # shielded: the job is leased to us and still runs.
+                    try:
+                        limiter.acquire_on_behalf_of_nowait(token)
+                    except anyio.WouldBlock:
+                        with anyio.CancelScope(shield=True):
+                            await limiter.acquire_on_behalf_of(token)
                 self._start_job(tg, limiter, token, job)
 
     async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
