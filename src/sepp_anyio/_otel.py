@@ -22,6 +22,7 @@ Metric instrument names are the official Python client's (``sepp.jobs.*``,
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from functools import cache
@@ -70,6 +71,17 @@ def _api() -> Any:
     except ImportError:  # pragma: no cover - a future API may move it
         pass
     api.idle_meter_providers = tuple(idle_meters)  # type: ignore[attr-defined]
+    # get_tracer_provider()/get_meter_provider() look the environment up on every
+    # call while no provider is set (a few microseconds, several times per job).
+    # The providers the API has been given are read directly instead; the
+    # variables that would make the API load one lazily are read once, here.
+    try:
+        from opentelemetry.metrics import _internal as metrics_internal
+    except ImportError:  # pragma: no cover - a future API may move it
+        metrics_internal = None  # type: ignore[assignment]
+    api.metrics_internal = metrics_internal  # type: ignore[attr-defined]
+    api.tracer_env = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # type: ignore[attr-defined]
+    api.meter_env = "OTEL_PYTHON_METER_PROVIDER" in os.environ  # type: ignore[attr-defined]
     api.trace = trace  # type: ignore[attr-defined]
     api.context = context  # type: ignore[attr-defined]
     api.metrics = metrics  # type: ignore[attr-defined]
@@ -84,9 +96,27 @@ def available() -> bool:
     return _api() is not None
 
 
+_UNKNOWN = object()
+
+
 def _tracing(api: Any) -> bool:
     """Whether an SDK tracer provider is installed (checked per use: it may come later)."""
-    return not isinstance(api.trace.get_tracer_provider(), api.idle_tracer_providers)
+    provider = getattr(api.trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None and not api.tracer_env:
+        return False
+    if provider is None or provider is _UNKNOWN:
+        provider = api.trace.get_tracer_provider()
+    return not isinstance(provider, api.idle_tracer_providers)
+
+
+def _metering(api: Any) -> bool:
+    """Whether an SDK meter provider is installed (checked per use, like :func:`_tracing`)."""
+    provider = getattr(api.metrics_internal, "_METER_PROVIDER", _UNKNOWN)
+    if provider is None and not api.meter_env:
+        return False
+    if provider is None or provider is _UNKNOWN:
+        provider = api.metrics.get_meter_provider()
+    return not isinstance(provider, api.idle_meter_providers)
 
 
 def _tracer() -> Any:
@@ -267,7 +297,7 @@ class Metrics:
     @property
     def enabled(self) -> bool:
         api = _api()
-        if api is None or isinstance(api.metrics.get_meter_provider(), api.idle_meter_providers):
+        if api is None or not _metering(api):
             return False
         if not self._created:
             self._create(api)
