@@ -7,6 +7,7 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import hpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +26,7 @@ blocks = st.lists(st.lists(st.tuples(names, values), min_size=1, max_size=4), ma
 sizes = st.lists(st.sampled_from([None, None, None, 0, 64, 4096]), min_size=30, max_size=30)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(blocks, sizes, st.booleans())
 def test_caching_decoder_decodes_like_hpack(
     header_blocks: list[list[tuple[bytes, bytes]]], table_sizes: list[int | None], huffman: bool
@@ -116,7 +117,7 @@ def test_received_frames_have_cheap_reprs_and_the_same_handling() -> None:
 header_names = st.binary(min_size=1, max_size=40).map(lambda b: b.lower())
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(header_names, st.binary(max_size=600)), min_size=1, max_size=5),
     st.integers(min_value=1, max_value=3),
@@ -139,3 +140,89 @@ def test_per_call_literals_decode_to_the_same_headers_and_leave_the_table_alone(
         # ...and adds nothing to the table (only the constant part may, on the first call).
         if entries_before:
             assert list(decoder.header_table.dynamic_entries) == entries_before
+
+
+def _client_pair() -> tuple[Any, Any]:
+    """Two connected client connections, identical except that the second one sends
+    through h2's own stream class."""
+    config: dict[str, Any] = {
+        "header_encoding": None,
+        "validate_outbound_headers": False,
+        "normalize_outbound_headers": False,
+        "validate_inbound_headers": False,
+    }
+    pair = []
+    for fast in (True, False):
+        client = _H2Connection(h2.config.H2Configuration(client_side=True, **config))
+        if not fast:
+
+            def plain_stream(stream_id: int, allowed: Any, client: Any = client) -> Any:
+                return h2.connection.H2Connection._begin_new_stream(client, stream_id, allowed)
+
+            client._begin_new_stream = plain_stream  # type: ignore[method-assign,assignment]
+        server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
+        client.initiate_connection()
+        server.initiate_connection()
+        server.receive_data(client.data_to_send())
+        client.receive_data(server.data_to_send())
+        server.receive_data(client.data_to_send())
+        pair.append(client)
+    return pair[0], pair[1]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("open"), st.integers(0, 40_000), st.booleans()),
+        st.tuples(st.just("data"), st.integers(0, 3_000), st.booleans()),
+        st.tuples(st.just("end"), st.just(0), st.just(False)),
+        st.tuples(st.just("reset"), st.just(0), st.just(False)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(operations)
+def test_fast_stream_sends_the_same_bytes_and_keeps_the_same_state(
+    ops: list[tuple[str, int, bool]],
+) -> None:
+    fast, plain = _client_pair()
+    open_ids: list[int] = []
+    for op, size, flag in ops:
+        results = []
+        for client in (fast, plain):
+            try:
+                if op == "open":
+                    stream_id = client.get_next_available_stream_id()
+                    headers = [
+                        (b":method", b"POST"),
+                        (b":scheme", b"http"),
+                        (b":path", b"/sepp.v1.QueueService/Ack"),
+                        (b":authority", b"127.0.0.1:1"),
+                        hpack.NeverIndexedHeaderTuple(b"x-big", b"v" * size),
+                    ]
+                    client.send_headers(stream_id, headers, end_stream=flag)
+                elif not open_ids:
+                    continue
+                elif op == "data":
+                    client.send_data(open_ids[-1], b"d" * size, end_stream=flag)
+                elif op == "end":
+                    client.end_stream(open_ids[-1])
+                else:
+                    client.reset_stream(open_ids[-1])
+                results.append(("ok", client.data_to_send()))
+            except h2.exceptions.H2Error as exc:
+                results.append((type(exc).__name__, client.data_to_send()))
+        if op == "open":
+            open_ids.append(max(fast.streams))
+        if results:
+            assert results[0] == results[1], op
+    assert fast.streams.keys() == plain.streams.keys()
+    for stream_id, stream in fast.streams.items():
+        other = plain.streams[stream_id]
+        assert type(stream).__name__ == "_FastStream"
+        assert stream.state_machine.state == other.state_machine.state
+        assert stream.outbound_flow_control_window == other.outbound_flow_control_window
+        assert stream.request_method == other.request_method
+        assert stream._authority == other._authority
+    assert fast.outbound_flow_control_window == plain.outbound_flow_control_window
