@@ -121,6 +121,7 @@ class Stream:
         "_channel",
         "_conn",
         "_deadline",
+        "_deadline_covered",
         "_end_sent",
         "_initial_done",
         "_message_sent",
@@ -165,6 +166,8 @@ class Stream:
         self._resends = 0
         # The call-wide deadline scope while inside `async with`.
         self._scope: anyio.CancelScope | None = None
+        # True inside `async with` when the caller's deadline is at or before ours.
+        self._deadline_covered = False
 
     # ------------------------------------------------------------ metadata
 
@@ -194,7 +197,7 @@ class Stream:
         the whole call instead; per-step scopes are the fallback for a stream
         driven without the context manager.
         """
-        if self._deadline is None or self._scope is not None:
+        if self._deadline is None or self._scope is not None or self._deadline_covered:
             return None
         return anyio.CancelScope(deadline=self._deadline)
 
@@ -262,9 +265,10 @@ class Stream:
 
     # ------------------------------------------------------------ sending
 
-    def _timeout_header(self) -> bytes | None:
-        """grpc-timeout: the nearer of our own deadline and the caller's."""
-        deadline = anyio.current_effective_deadline()
+    def _timeout_header(self, ambient: float) -> bytes | None:
+        """grpc-timeout: the nearer of our own deadline and the caller's (``ambient``,
+        the effective deadline around the call)."""
+        deadline = ambient
         if self._deadline is not None and self._deadline < deadline:
             deadline = self._deadline
         if deadline == math.inf:
@@ -279,13 +283,18 @@ class Stream:
         # wire (it would go out with an expired grpc-timeout).
         await anyio.lowlevel.checkpoint_if_cancelled()
         deadline = self._deadline
-        if deadline is not None and deadline <= anyio.current_time():
+        now = anyio.current_time()
+        if deadline is not None and deadline <= now:
             raise self._deadline_exceeded()
-        await _deliver_expired_deadline()
+        # Read once: the caller's scopes do not change while the call starts (our
+        # own local scope, if any, has our own deadline, which the header counts).
+        ambient = anyio.current_effective_deadline()
+        if ambient <= now:
+            await _deliver_expired_deadline()
         scope = self._local_scope()
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
-            timeout = self._timeout_header()
+            timeout = self._timeout_header(ambient)
             headers, constant = self._channel._request_headers(self._name, timeout, self._metadata)
             h2conn = conn.h2
             stream_id = h2conn.get_next_available_stream_id()
@@ -556,6 +565,12 @@ class Stream:
 
     async def __aenter__(self) -> Stream:
         if self._deadline is not None:
+            if anyio.current_effective_deadline() <= self._deadline:
+                # The caller's deadline comes first: it ends the call (as a
+                # cancellation, which is what the caller asked for) before ours
+                # could, so our scope would only cost time.
+                self._deadline_covered = True
+                return self
             # One cancel scope for the whole call (cheaper than one per wait).
             # It is entered here and left in __aexit__, in the same task and
             # properly nested, exactly like an @asynccontextmanager's scope;
