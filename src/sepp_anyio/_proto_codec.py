@@ -26,7 +26,10 @@ raise :class:`DecodeError` (a ``ValueError``) instead of producing a message
 whose fields have the wrong types. A map entry without its message value
 decodes to the empty message (what the entry means; betterproto2 gives
 ``None``). So a decoded message from a compiled class never needs
-:func:`sepp_anyio._decoded.check_decoded`.
+:func:`sepp_anyio._decoded.check_decoded`. A Timestamp or Duration outside
+the range of ``datetime``/``timedelta`` raises ``OverflowError``, as it does
+with betterproto2 (the transport and the server turn any decoding error into
+INTERNAL).
 
 Only the classes passed to :func:`install` are changed (class attributes
 ``__bytes__``, ``SerializeToString``, ``parse``, ``FromString``); the
