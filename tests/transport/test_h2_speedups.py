@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sepp_anyio._grpc._connection import (
-    _QUIET_FRAMES,
     _CachingDecoder,
     _CachingEncoder,
     _H2Connection,
 )
+from sepp_anyio._grpc._h2quiet import QUIET_FRAMES, install_quiet_frames
 
 names = st.sampled_from([b"grpc-status", b"grpc-message", b"content-type", b"x-a", b"x-b"])
 values = st.sampled_from([b"0", b"1", b"application/grpc", b"ok", b"a" * 40, b""])
@@ -110,7 +110,7 @@ def test_received_frames_have_cheap_reprs_and_the_same_handling() -> None:
         h2.events.TrailersReceived,
         h2.events.StreamEnded,
     ]
-    assert frames and all(type(frame) in _QUIET_FRAMES.values() for frame in frames)
+    assert frames and all(type(frame) in QUIET_FRAMES.values() for frame in frames)
     assert repr(frames[0]) == f"HeadersFrame(stream_id={stream_id})"
 
 
@@ -226,3 +226,34 @@ def test_fast_stream_sends_the_same_bytes_and_keeps_the_same_state(
         assert stream.request_method == other.request_method
         assert stream._authority == other._authority
     assert fast.outbound_flow_control_window == plain.outbound_flow_control_window
+
+
+def test_quiet_frames_on_a_server_connection_give_the_same_events() -> None:
+    """The reference server installs the quiet frames on grpclib's h2 connections."""
+    config: dict[str, Any] = {"header_encoding": None}
+    results = []
+    for quiet in (True, False):
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, **config))
+        server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
+        if quiet:
+            install_quiet_frames(server)
+        client.initiate_connection()
+        server.initiate_connection()
+        events = server.receive_data(client.data_to_send())
+        client.receive_data(server.data_to_send())
+        client.send_headers(
+            1,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", b"/x"),
+                (b":authority", b"a"),
+            ],
+        )
+        client.send_data(1, b"body", end_stream=True)
+        client.ping(b"12345678")
+        events += server.receive_data(client.data_to_send())
+        results.append(([type(event) for event in events], server.data_to_send()))
+    assert results[0] == results[1]
+    assert h2.events.RequestReceived in results[0][0]
+    assert h2.events.DataReceived in results[0][0]

@@ -47,17 +47,12 @@ import hpack
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from hyperframe.frame import (
-    DataFrame,
     Frame,
     GoAwayFrame,
-    HeadersFrame,
-    PingFrame,
-    RstStreamFrame,
-    SettingsFrame,
-    WindowUpdateFrame,
 )
 
 from ._framing import CompressedMessageError, MessageDecoder, MessageTooLargeError
+from ._h2quiet import install_quiet_frames
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,11 +141,7 @@ class _H2Connection(h2.connection.H2Connection):
         self._closed_streams = _ResetStreams(self.MAX_CLOSED_STREAMS)
         self.decoder = _CachingDecoder()
         self.decoder.max_header_list_size = self.DEFAULT_MAX_HEADER_LIST_SIZE
-        self.incoming_buffer = _QuietFrameBuffer(server=False)
-        table = self._frame_dispatch_table
-        for frame_type, quiet_type in _QUIET_FRAMES.items():
-            if frame_type in table:
-                table[quiet_type] = table[frame_type]
+        install_quiet_frames(self)
 
     def _begin_new_stream(
         self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
@@ -254,41 +245,6 @@ class _FastStream(h2.stream.H2Stream):
         self.outbound_flow_control_window -= len(body)
         assert self.outbound_flow_control_window >= 0 or not body
         return [_RawFrame(_DATA, flags, self.stream_id, body)]
-
-
-def _quiet_repr(frame: Frame) -> str:
-    return f"{type(frame).__mro__[1].__name__}(stream_id={frame.stream_id})"
-
-
-# h2 logs every received frame at its "trace" level, and formats ``repr(frame)``
-# for it even though its default logger discards the line: hyperframe's repr
-# renders flags and a hex dump of the payload, about 9 microseconds a frame,
-# three frames a unary call. Received frames are given these subclasses (same
-# layout, so only ``__class__`` changes) whose repr is cheap; h2 dispatches
-# them through the same handlers (see _H2Connection.__init__).
-_QUIET_FRAMES: dict[type[Frame], type[Frame]] = {
-    cls: type(f"Quiet{cls.__name__}", (cls,), {"__slots__": (), "__repr__": _quiet_repr})
-    for cls in (
-        DataFrame,
-        HeadersFrame,
-        WindowUpdateFrame,
-        PingFrame,
-        SettingsFrame,
-        RstStreamFrame,
-    )
-}
-
-
-class _QuietFrameBuffer(h2.frame_buffer.FrameBuffer):
-    """h2's frame buffer, yielding the frames of :data:`_QUIET_FRAMES` as their quiet
-    subclass."""
-
-    def __next__(self) -> Frame:
-        frame = super().__next__()
-        quiet = _QUIET_FRAMES.get(type(frame))
-        if quiet is not None:
-            frame.__class__ = quiet
-        return frame
 
 
 class _CachingDecoder(hpack.Decoder):

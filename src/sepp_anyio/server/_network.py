@@ -52,6 +52,8 @@ from grpclib.const import Status
 from grpclib.metadata import decode_timeout
 from grpclib.protocol import H2Protocol
 
+from sepp_anyio._grpc._h2quiet import install_quiet_frames
+
 from ._clock import Clock
 from ._config import ServerConfig
 from ._engine import Engine
@@ -162,6 +164,8 @@ class _Connection(H2Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         super().connection_made(transport)
+        # Before any data arrives: h2 would format a repr of every received frame.
+        install_quiet_frames(self.connection._connection)
         self._server.connections.add(self)
         if self._refuse:
             # Shutting down: no new connections (the listener is still open until grpclib's
