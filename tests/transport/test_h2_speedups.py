@@ -257,3 +257,25 @@ def test_quiet_frames_on_a_server_connection_give_the_same_events() -> None:
     assert results[0] == results[1]
     assert h2.events.RequestReceived in results[0][0]
     assert h2.events.DataReceived in results[0][0]
+
+
+def test_closed_streams_are_still_forgotten() -> None:
+    """open_outbound_streams skips h2's per-stream walk, but closed streams still go."""
+    config: dict[str, Any] = {"header_encoding": None}
+    client = _H2Connection(h2.config.H2Configuration(client_side=True, **config))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    request = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/x")]
+    sizes = []
+    for _ in range(200):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(stream_id, [*request, (b":authority", b"a")], end_stream=True)
+        server.receive_data(client.data_to_send())
+        server.send_headers(stream_id, [(b":status", b"200")], end_stream=True)
+        client.receive_data(server.data_to_send())
+        sizes.append(len(client.streams))
+    assert max(sizes) <= _H2Connection._CULL_EVERY
+    assert min(sizes[_H2Connection._CULL_EVERY :]) <= 1

@@ -143,6 +143,22 @@ class _H2Connection(h2.connection.H2Connection):
         self.decoder.max_header_list_size = self.DEFAULT_MAX_HEADER_LIST_SIZE
         install_quiet_frames(self)
 
+    # h2 reads this before opening each stream: it walks every stream it knows to
+    # count the open ones (and forgets the closed ones on the way), O(streams in
+    # flight) per call. Its check is redundant here: Connection never opens a
+    # stream without a slot under the peer's MAX_CONCURRENT_STREAMS
+    # (acquire_slot), and a call's slot is freed only after its stream has closed.
+    # So the walk runs only every _CULL_EVERY new streams, to forget closed ones.
+    _CULL_EVERY = 32
+    _new_streams = 0
+
+    @property
+    def open_outbound_streams(self) -> int:
+        self._new_streams += 1
+        if self._new_streams % self._CULL_EVERY == 0:
+            self._open_streams(int(self.config.client_side))
+        return 0
+
     def _begin_new_stream(
         self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
     ) -> h2.stream.H2Stream:
