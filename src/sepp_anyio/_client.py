@@ -429,7 +429,7 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
-        with _otel.client_span("sepp.ack", self._settle_attributes(ctx, "ack")):
+        with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack")):
             await self._unary(
                 "ack",
                 self._stub.ack,
@@ -455,7 +455,7 @@ class Client:
         directive = retry if retry is not None else RetryDirective.default()
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
-        with _otel.client_span("sepp.nack", self._settle_attributes(ctx, "nack")) as span:
+        with _otel.client_span("sepp.nack", lambda: self._settle_attributes(ctx, "nack")) as span:
             reply = await self._unary(
                 "nack",
                 self._stub.nack,
@@ -481,7 +481,7 @@ class Client:
             ClientError: the call failed.
         """
         seconds = _check_positive(seconds, "seconds")
-        with _otel.client_span("sepp.extend", self._settle_attributes(ctx, "extend")):
+        with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
             reply = await self._unary(
                 "extend",
                 self._stub.extend,

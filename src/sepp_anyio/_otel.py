@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -199,15 +199,21 @@ def attach_trace_context(trace_context: TraceContext | None) -> Iterator[None]:
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext(None)
 
 
-def client_span(name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
+def client_span(
+    name: str, attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+) -> AbstractContextManager[Any]:
     """A CLIENT span around one RPC (None inside when OpenTelemetry is absent).
 
+    ``attributes`` may be a function that builds them, called only when a span
+    is made (the hot RPCs pass one: without an SDK nothing is built).
     An ``Exception`` marks the span as error and is recorded; cancellation
     and other ``BaseException``s end the span without an error status.
     """
     api = _api()
     if api is None or not _tracing(api):
         return _NO_SPAN
+    if callable(attributes):
+        attributes = attributes()
     return _client_span(api, name, attributes)
 
 
@@ -229,17 +235,21 @@ def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator
 
 
 def process_span(
-    trace_context: TraceContext | None, attributes: Mapping[str, Any]
+    trace_context: TraceContext | None,
+    attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
 ) -> AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` of one job, linked to its producer.
 
     A link rather than a parent: the job may run long after, and many times
     for, the trace that enqueued it. Yields the span (None without OTel);
-    the caller sets its status, since it knows the job's outcome.
+    the caller sets its status, since it knows the job's outcome. ``attributes``
+    may be a function that builds them, called only when a span is made.
     """
     api = _api()
     if api is None or not _tracing(api):
         return _NO_SPAN
+    if callable(attributes):
+        attributes = attributes()
     return _process_span(api, trace_context, attributes)
 
 

@@ -604,13 +604,15 @@ class Worker:
         """Handle one job inside its CONSUMER span, with its log context and metrics."""
         ctx = job.ctx
         metrics = _otel.metrics()
-        attributes = {
-            "messaging.destination.name": ctx.queue,
-            "messaging.message.id": ctx.id,
-            "messaging.client.id": self.worker_id,
-            "sepp.job.type": ctx.job_type,
-            "sepp.job.attempt": ctx.attempt,
-        }
+        def attributes() -> dict[str, Any]:
+            return {
+                "messaging.destination.name": ctx.queue,
+                "messaging.message.id": ctx.id,
+                "messaging.client.id": self.worker_id,
+                "sepp.job.type": ctx.job_type,
+                "sepp.job.attempt": ctx.attempt,
+            }
+
         with (
             job_context(ctx, self.worker_id),
             _otel.process_span(ctx.trace_context, attributes) as span,
