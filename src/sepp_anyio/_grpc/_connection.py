@@ -143,6 +143,10 @@ class _H2Connection(h2.connection.H2Connection):
         self.decoder.max_header_list_size = self.DEFAULT_MAX_HEADER_LIST_SIZE
         install_quiet_frames(self)
 
+    def has_data_to_send(self) -> bool:
+        """Whether :meth:`data_to_send` would return anything (without taking it)."""
+        return bool(self._data_to_send)
+
     # h2 reads this before opening each stream: it walks every stream it knows to
     # count the open ones (and forgets the closed ones on the way), O(streams in
     # flight) per call. Its check is redundant here: Connection never opens a
@@ -416,6 +420,7 @@ class CallState:
         "trailers",
         "unprocessed",
         "waiter",
+        "wanted",
     )
 
     def __init__(self, stream_id: int, max_message_size: int) -> None:
@@ -432,10 +437,23 @@ class CallState:
         # refused the stream, or a GOAWAY put it above last_stream_id).
         self.unprocessed = False
         self.waiter: anyio.Event | None = None
+        # What the waiting task waits for (set with the waiter): the reader wakes it
+        # only once that holds, or the call failed or was reset. A unary response
+        # usually arrives in two reads (headers and message, then trailers); waking
+        # the caller after the first would cost a task switch for nothing.
+        self.wanted: Callable[[CallState], bool] | None = None
 
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None:
+            wanted = self.wanted
+            if (
+                wanted is not None
+                and self.failure is None
+                and self.reset_code is None
+                and not wanted(self)
+            ):
+                return
             self.waiter = None
             waiter.set()
 
@@ -556,7 +574,7 @@ class Connection:
         writes). A dead peer can't block the writer forever: the keepalive
         task closes the stream, which aborts the pending write.
         """
-        if self._flushing or self.failure is not None:
+        if self._flushing or self.failure is not None or not self.h2.has_data_to_send():
             return
         self._flushing = True
         try:

@@ -237,10 +237,12 @@ class Stream:
                         break
                     self._check_call(call, conn)
                     waiter = call.waiter = anyio.Event()
+                    call.wanted = ready
                     try:
                         await waiter.wait()
                     finally:
                         call.waiter = None
+                        call.wanted = None
                 if retry:
                     await self._resend()
             if scope is not None and scope.cancelled_caught:
