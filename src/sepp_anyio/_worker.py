@@ -619,9 +619,10 @@ class Worker:
         ):
             # Read once: the +1 and the -1 must go to the same place.
             measured = metrics.enabled
+            started = 0.0
             if measured:
                 metrics.in_flight.add(1)
-            started = anyio.current_time()
+                started = anyio.current_time()
             outcome = "cancelled"
             try:
                 outcome = await self._handle(job, run, span)
