@@ -604,6 +604,7 @@ class Worker:
         """Handle one job inside its CONSUMER span, with its log context and metrics."""
         ctx = job.ctx
         metrics = _otel.metrics()
+
         def attributes() -> dict[str, Any]:
             return {
                 "messaging.destination.name": ctx.queue,
