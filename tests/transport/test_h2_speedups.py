@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import struct
 from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 import hpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,6 +78,8 @@ def test_received_frames_have_cheap_reprs_and_the_same_handling() -> None:
         "validate_inbound_headers": False,
     }
     client = _H2Connection(h2.config.H2Configuration(client_side=True, **config))
+    # The frames that reach h2's own path (all of them, with the fast path off).
+    client._fast_receive = False
     server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
     client.initiate_connection()
     server.initiate_connection()
@@ -279,3 +285,222 @@ def test_closed_streams_are_still_forgotten() -> None:
         sizes.append(len(client.streams))
     assert max(sizes) <= _H2Connection._CULL_EVERY
     assert min(sizes[_H2Connection._CULL_EVERY :]) <= 1
+
+
+_CONFIG: dict[str, Any] = {
+    "header_encoding": None,
+    "validate_outbound_headers": False,
+    "normalize_outbound_headers": False,
+    "validate_inbound_headers": False,
+}
+_REQUEST = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/sepp.v1.QueueService/Ack"),
+    (b":authority", b"127.0.0.1:1"),
+]
+
+# What the server does next. Stream choices index the streams opened so far (or name
+# stream 0, a stream never opened, and the newest one); raw frames are built byte by byte,
+# with arbitrary flags (padding, priority, a header block left open), so that the fast path
+# sees everything it must hand to h2, and broken frames it must fail on as h2 does.
+_streams = st.sampled_from(["first", "last", "zero", "unknown", "middle"])
+# (type, flags, payload): well-formed and broken frames the server's h2 would never send.
+_raw_frames = st.one_of(
+    st.sampled_from(
+        [
+            (0x0, 0x0, b"abc"),
+            (0x0, 0x1, b"abc"),
+            (0x0, 0x8, b"\x03abc\x00\x00\x00"),  # padded
+            (0x0, 0x9, b"\x01abc\x00"),
+            (0x0, 0x8, b"\x09ab"),  # padding longer than the frame
+            (0x0, 0x0, b"z" * 20_000),  # above the 16 KiB frame size limit
+            (0x0, 0x0, b"w" * 16_000),
+            (0x1, 0x4, b"\x88"),  # :status 200 (static table: no table change)
+            (0x1, 0x5, b"\x88"),
+            (0x1, 0x24, b"\x00\x00\x00\x00\x10\x88"),  # with priority
+            (0x1, 0x0C, b"\x02\x88\x00\x00"),  # padded
+            (0x1, 0x0, b"\x88"),  # header block continues...
+            (0x9, 0x4, b"\x88"),  # ...in a CONTINUATION
+            (0x1, 0x4, b"\xff\xff\xff"),  # not HPACK
+            (0x1, 0x5, b"\x0f\x2f\x01\x31"),  # a content-length literal
+            (0x3, 0x0, b"\x00\x00\x00\x08"),
+            (0x8, 0x0, b"\x00\x00\x01\x00"),
+            (0x6, 0x0, b"12345678"),
+            (0xA, 0x0, b"??"),
+        ]
+    ),
+    st.tuples(st.sampled_from([0x0, 0x1]), st.integers(0, 255), st.just(b"\x88")),
+)
+_respond = st.tuples(
+    st.just("respond"), _streams, st.sampled_from([0, 5, 300, 40_000]), st.sampled_from([None, 2])
+)
+_server_ops = st.lists(
+    st.one_of(
+        # A whole unary response (headers, message, trailers), the common case, weighted up.
+        *[_respond] * 4,
+        *[st.tuples(st.just("open"), st.booleans())] * 4,
+        st.tuples(st.just("headers"), _streams, st.booleans(), st.sampled_from([0, 1, 40])),
+        st.tuples(
+            st.just("data"),
+            _streams,
+            st.sampled_from([0, 1, 5, 300, 20_000, 70_000]),
+            st.booleans(),
+            st.sampled_from([None, None, 0, 3]),
+        ),
+        st.tuples(st.just("trailers"), _streams),
+        st.tuples(st.just("reset"), _streams),
+        st.tuples(st.just("connection"), st.sampled_from(["ping", "window", "settings"])),
+        st.tuples(
+            st.just("raw"), st.lists(st.tuples(_raw_frames, _streams), min_size=1, max_size=3)
+        ),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _pick(choice: str, opened: list[int]) -> int:
+    if choice == "zero":
+        return 0
+    if choice == "unknown":
+        return (max(opened) if opened else 1) + 100
+    if not opened:
+        return 1
+    return {"first": opened[0], "last": opened[-1], "middle": opened[len(opened) // 2]}[choice]
+
+
+def _state(client: Any) -> Any:
+    return (
+        client.state_machine.state,
+        client._inbound_flow_control_window_manager.current_window_size,
+        client.outbound_flow_control_window,
+        {
+            stream_id: (
+                stream.state_machine.state,
+                stream._inbound_window_manager.current_window_size,
+                stream.outbound_flow_control_window,
+            )
+            for stream_id, stream in client.streams.items()
+        },
+        bytes(client.incoming_buffer._data),
+        len(client.incoming_buffer._headers_buffer),
+        dict(client._closed_streams),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_server_ops, st.data())
+def test_fast_receive_gives_the_same_events_state_and_errors_as_h2(
+    ops: list[tuple[Any, ...]], data: st.DataObject
+) -> None:
+    """Received bytes give the same events, state, output and errors with the fast
+    receive path as through h2's own, for any server traffic and any read splits."""
+    fast = _H2Connection(h2.config.H2Configuration(client_side=True, **_CONFIG))
+    plain = _H2Connection(h2.config.H2Configuration(client_side=True, **_CONFIG))
+    plain._fast_receive = False
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **_CONFIG))
+    for client in (fast, plain):
+        client.initiate_connection()
+        client.increment_flow_control_window(1 << 20)
+    server.initiate_connection()
+    opened: list[int] = []
+    dead = False
+
+    def client_output() -> bytes:
+        out = fast.data_to_send()
+        assert plain.data_to_send() == out
+        return out
+
+    def to_server(out: bytes) -> None:
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            server.receive_data(out)
+
+    def to_clients(wire: bytes) -> None:
+        nonlocal dead
+        while wire and not dead:
+            # Mostly whole reads (what the fast path takes), sometimes a frame cut short.
+            cut = data.draw(
+                st.one_of(st.just(len(wire)), st.integers(1, len(wire))), label="read size"
+            )
+            chunk, wire = wire[:cut], wire[cut:]
+            outcomes: list[tuple[str, Any]] = []
+            for client in (fast, plain):
+                try:
+                    events = client.receive_data(chunk)
+                except h2.exceptions.ProtocolError as exc:
+                    # hpack names the buffer it failed on by address.
+                    message = re.sub(r"<memory at 0x[0-9a-f]+>", "<memory>", str(exc))
+                    outcomes.append((type(exc).__name__, message))
+                    continue
+                for event in events:
+                    if isinstance(event, h2.events.DataReceived) and event.flow_controlled_length:
+                        client.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                outcomes.append(("events", [repr(event) for event in events]))
+            assert outcomes[0] == outcomes[1]
+            assert _state(fast) == _state(plain)
+            to_server(client_output())
+            dead = outcomes[0][0] != "events"
+
+    to_server(client_output())
+    to_clients(server.data_to_send())
+    # A first call opens the connection (h2's state machine leaves IDLE with it).
+    for op in [("open", True), *ops]:
+        if dead:
+            break
+        kind = op[0]
+        if kind == "open":
+            stream_id = fast.get_next_available_stream_id()
+            refused = []
+            for client in (fast, plain):
+                try:
+                    client.send_headers(stream_id, _REQUEST, end_stream=op[1])
+                except h2.exceptions.ProtocolError as exc:
+                    # The server said GOAWAY (an event, not an error).
+                    refused.append(str(exc))
+            assert len(refused) in (0, 2)
+            if refused:
+                assert refused[0] == refused[1]
+                break
+            opened.append(stream_id)
+            to_server(client_output())
+            continue
+        try:
+            if kind == "headers":
+                extra = [(b"x-pad", b"p" * op[3])] if op[3] else []
+                headers = [(b":status", b"200"), (b"content-type", b"application/grpc"), *extra]
+                server.send_headers(_pick(op[1], opened), headers, end_stream=op[2])
+            elif kind == "data":
+                stream_id = _pick(op[1], opened)
+                size = min(op[2], server.local_flow_control_window(stream_id))
+                server.send_data(stream_id, b"m" * size, end_stream=op[3], pad_length=op[4])
+            elif kind == "respond":
+                stream_id = _pick(op[1], opened)
+                size = min(op[2], server.local_flow_control_window(stream_id) - 100)
+                server.send_headers(stream_id, [(b":status", b"200")])
+                for start in range(0, size, 16_000):
+                    chunk = b"r" * min(16_000, size - start)
+                    server.send_data(stream_id, chunk, pad_length=op[3])
+                server.send_headers(stream_id, [(b"grpc-status", b"0")], end_stream=True)
+            elif kind == "trailers":
+                server.send_headers(_pick(op[1], opened), [(b"grpc-status", b"0")], end_stream=True)
+            elif kind == "reset":
+                server.reset_stream(_pick(op[1], opened))
+            elif op[1] == "ping":
+                server.ping(b"12345678")
+            elif op[1] == "window":
+                server.increment_flow_control_window(1000)
+            else:
+                server.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 7})
+        except (h2.exceptions.H2Error, KeyError):
+            # Not a valid server move in this state: nothing sent.
+            pass
+        wire = server.data_to_send()
+        if kind == "raw":
+            for (frame_type, flags, body), choice in op[1]:
+                length = len(body)
+                header = (length >> 8, length & 0xFF, frame_type, flags, _pick(choice, opened))
+                wire += struct.pack(">HBBBL", *header) + body
+        to_clients(wire)
