@@ -45,6 +45,10 @@ class JobRun:
     lost_reason: str = ""
     #: Set before the scope is cancelled because the drain timed out.
     drain_cancelled: bool = False
+    #: When the handler started (anyio time).
+    started: float = 0.0
+    #: Set when the handler is done and the ack or nack is on its way.
+    settling: bool = False
 
     def lose_lease(self, reason: str) -> None:
         if not self.lease_lost:

@@ -71,6 +71,8 @@ _EARLY_EMPTY_PAUSE = 0.25
 # cancellation: long enough for a retrying client, short enough that a dead
 # server can't hold a shutdown hostage.
 _SETTLE_TIMEOUT = 30.0
+# Weight of the newest sample in the worker's moving averages of handler and settle times.
+_SMOOTHING = 0.25
 _MAX_FAILURE_BACKOFF = 60.0
 
 
@@ -257,6 +259,14 @@ class Worker:
         # Set once the current reserve has unwound (see _wait_for_cancelled_reserve).
         self._reserve_unwound: anyio.Event | None = None
         self._runs: set[JobRun] = set()
+        # The reserve loop's wait for settling jobs' tokens (see _gather_settling_tokens):
+        # how many it gathers, recent handler and settle durations (moving averages, in
+        # seconds) and the event a returning token sets.
+        self._batch = min(self._max_jobs or max_in_flight, max(1, max_in_flight // 2))
+        self._handler_time = 0.0
+        self._settle_time = 0.0
+        self._settling = 0  # jobs in flight whose ack or nack is on its way
+        self._token_back: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._cm_tg: anyio.abc.TaskGroup | None = None
@@ -485,6 +495,7 @@ class Worker:
                 # leases a job it has no room to start.
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
+                await self._gather_settling_tokens(limiter)
                 jobs = await self._reserve(limiter)
             self._reserve_scope = None
             unwound.set()
@@ -506,6 +517,45 @@ class Worker:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
                 self._start_job(tg, limiter, token, job)
+
+    async def _gather_settling_tokens(self, limiter: anyio.CapacityLimiter) -> None:
+        """Before a reserve, when every job in flight is being settled and handlers have
+        lately been quicker than their acks, wait for those jobs' tokens until half the
+        capacity (or ``max_jobs``) is free.
+
+        With short handlers, jobs finish in bursts: a reserve's worth of them acks at once,
+        and the first token back would start a reserve for that one job, which the server
+        then answers only after the other acks, and the rest of the capacity waits a whole
+        round trip more. Their tokens are about to come back (a settle is one round trip,
+        bounded by its timeout), so asking once for half the capacity makes fewer, fuller
+        reserves, and the worker handles one half while the server settles the other.
+        When a handler is still running, or handlers take longer than acks, a reserve
+        right away keeps the handlers busy instead, so there is no wait. Cancelled with
+        the reserve (shutdown).
+        """
+        if (
+            self._settle_time <= self._handler_time
+            or 1 + int(limiter.available_tokens) >= self._batch
+            or not self._runs
+            or self._settling < len(self._runs)
+        ):
+            return
+        # No job starts while this loop waits, so the jobs in flight are the ones waited for.
+        try:
+            while self._runs and 1 + int(limiter.available_tokens) < self._batch:
+                token_back = self._token_back = anyio.Event()
+                await token_back.wait()
+        finally:
+            self._token_back = None
+
+    def _token_returned(self, limiter: anyio.CapacityLimiter) -> None:
+        """A job's token is back: wake a reserve waiting on settling jobs once it has
+        what it waits for."""
+        token_back = self._token_back
+        if token_back is not None and (
+            not self._runs or 1 + int(limiter.available_tokens) >= self._batch
+        ):
+            token_back.set()
 
     async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
         """One reserve; None after a failure (logged, backed off)."""
@@ -596,7 +646,10 @@ class Worker:
             await self._process(job, run)
         finally:
             self._runs.discard(run)
+            if run.settling:
+                self._settling -= 1
             limiter.release_on_behalf_of(token)
+            self._token_returned(limiter)
             if not self._runs and self._idle is not None:
                 self._idle.set()
 
@@ -639,13 +692,14 @@ class Worker:
         """Run the handler and settle the job; return the outcome's name."""
         ctx = job.ctx
         log = _JobLog(logger, {"ctx": ctx})
+        run.started = anyio.current_time()
         handler = self._handlers.get(ctx.job_type) or self._catch_all
         if handler is None:
             delay = _failure_backoff(ctx.attempt)
             log.warning("no handler registered for this job type; retrying in %gs", delay)
             _otel.mark_error(span, "no handler registered for the job type")
             return await self._settle(
-                ctx,
+                run,
                 log,
                 RetryDirective.after(delay),
                 f"no handler registered for job_type {ctx.job_type!r}",
@@ -692,7 +746,7 @@ class Worker:
             directive = RetryDirective.after(0)
             reason = "worker shut down before the handler finished (drain_timeout)"
             _otel.mark_error(span, reason)
-        return await self._settle(ctx, log, directive, reason)
+        return await self._settle(run, log, directive, reason)
 
     async def _call(
         self,
@@ -726,7 +780,7 @@ class Worker:
 
     async def _settle(
         self,
-        ctx: JobCtx,
+        run: JobRun,
         log: logging.LoggerAdapter[logging.Logger],
         directive: RetryDirective | None,
         reason: str,
@@ -736,11 +790,15 @@ class Worker:
         Returns the outcome: ``"ack"``, ``"retry"``, ``"dead_letter"`` or
         ``"settle_failed"`` (logged; the job will be redelivered).
         """
+        ctx = run.ctx
         metrics = _otel.metrics()
         labels = {"job_type": ctx.job_type}
+        run.settling = True
+        self._settling += 1
+        started = anyio.current_time()
+        self._handler_time += (started - run.started - self._handler_time) * _SMOOTHING
         # One scope: shielded from outer cancellation, but cancelled by its own deadline.
-        deadline = anyio.current_time() + _SETTLE_TIMEOUT
-        with anyio.CancelScope(shield=True, deadline=deadline) as bound:
+        with anyio.CancelScope(shield=True, deadline=started + _SETTLE_TIMEOUT) as bound:
             try:
                 if directive is None:
                     await self._client.ack(ctx)
@@ -778,6 +836,9 @@ class Worker:
                     exc,
                 )
                 return "settle_failed"
+            finally:
+                took = anyio.current_time() - started
+                self._settle_time += (took - self._settle_time) * _SMOOTHING
         assert bound.cancelled_caught
         self._settle_errors += 1
         log.error(

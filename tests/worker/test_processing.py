@@ -99,6 +99,103 @@ async def test_reserve_asks_only_for_free_capacity() -> None:
             assert call.request.max_jobs + call.note <= 4, (call.request.max_jobs, call.note)
 
 
+async def test_reserve_waits_for_settling_jobs_then_asks_for_their_tokens_at_once() -> None:
+    """Tokens of jobs whose acks are in flight are gathered into one reserve (up to half the
+    capacity) instead of one reserve per returning token."""
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.annotate = lambda call: anyio.current_time()
+        worker = Worker(client, [QUEUE], max_in_flight=8, wait=30.0)
+        worker.handle("t", Probe().handler())
+        await enqueue(client, 16)
+        # The first eight acks take 1, 2, ... 8 seconds at the server.
+        spy.stall["ack"] = [float(n) for n in range(1, 9)]
+        async with running(worker):
+            await spy.wait_for("ack", 16)
+        reserves = spy.of("reserve")
+        assert [c.request.max_jobs for c in reserves[:2]] == [8, 4]
+        # Sent once the fourth ack was back, not at the first.
+        assert reserves[1].note - reserves[0].note == pytest.approx(4.0)
+        assert [len(c.reply.jobs) for c in reserves[:2]] == [8, 4]
+        for call in reserves:
+            assert call.request.max_jobs <= 8
+
+
+async def test_a_running_handler_means_no_wait_for_settling_jobs() -> None:
+    """While a handler still runs, a returned token is reserved with at once."""
+    gate = anyio.Event()
+    calls = itertools.count()
+
+    async def one_blocks(payload: Payload | None, ctx: JobCtx) -> None:
+        if next(calls) == 0:
+            await gate.wait()
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.annotate = lambda call: anyio.current_time()
+        worker = Worker(client, [QUEUE], max_in_flight=8, wait=30.0)
+        worker.handle("t", Probe().handler(one_blocks))
+        await enqueue(client, 16)
+        spy.stall["ack"] = [float(n) for n in range(1, 8)]
+        async with running(worker):
+            await spy.wait_until(lambda: len(spy.of("reserve")) == 2)
+            first, second = spy.of("reserve")
+            assert second.note - first.note == pytest.approx(1.0)  # at the first ack back
+            assert second.request.max_jobs == 1
+            gate.set()
+            await spy.wait_for("ack", 16)
+
+
+async def test_handlers_slower_than_acks_mean_no_wait_for_settling_jobs() -> None:
+    """When handlers take longer than acks, each returned token is reserved with at once:
+    gathering would leave handler slots idle for nothing."""
+
+    async def slow(payload: Payload | None, ctx: JobCtx) -> None:
+        await anyio.sleep(10.0)
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.annotate = lambda call: anyio.current_time()
+        worker = Worker(client, [QUEUE], max_in_flight=8, wait=30.0)
+        worker.handle("t", Probe().handler(slow))
+        await enqueue(client, 16)
+        spy.stall["ack"] = [0.5 * n for n in range(1, 9)]
+        async with running(worker):
+            await spy.wait_until(lambda: len(spy.of("reserve")) == 2)
+            first, second = spy.of("reserve")
+            assert second.note - first.note == pytest.approx(10.5)
+            assert second.request.max_jobs == 1
+            await spy.wait_for("ack", 16)
+
+
+async def test_an_idle_worker_reserves_at_once_after_each_job() -> None:
+    """With nothing else settling, a returned token is reserved with at once."""
+    gates = {n: anyio.Event() for n in range(5)}
+
+    async def blocked(payload: Payload | None, ctx: JobCtx) -> None:
+        assert payload is not None
+        await gates[payload.json()["n"]].wait()
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.annotate = lambda call: anyio.current_time()
+        probe = Probe()
+        worker = Worker(client, [QUEUE], max_in_flight=8, wait=30.0)
+        worker.handle("t", probe.handler(blocked))
+        await enqueue(client, 4)
+        async with running(worker):
+            await probe.wait_starts(4)
+            await spy.wait_until(lambda: len(spy.of("reserve")) == 2)  # parked for 4 more
+            gates[0].set()
+            await spy.wait_for("ack")
+            await enqueue(client, 1, first=4)
+            await probe.wait_starts(5)
+            assert probe.starts[-1][0] == spy.of("ack")[0].ended_at  # no wait at all
+            for gate in gates.values():
+                gate.set()
+            await spy.wait_for("ack", 5)
+
+
 async def test_max_jobs_caps_each_reserve() -> None:
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
