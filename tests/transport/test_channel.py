@@ -203,6 +203,29 @@ async def test_grpc_timeout_is_sent_from_explicit_timeout(server: Server) -> Non
         assert _sent_timeout(await stub.get_server_info(pb.GetServerInfoRequest())) is None
 
 
+async def test_a_long_timeout_is_sent_in_whole_seconds_and_indexed_once(server: Server) -> None:
+    """From 10 s up, grpc-timeout is whole seconds rounded up: the same value on every call,
+    so it enters the HPACK table once and is a one-byte reference from then on."""
+    async with open_stub(server) as (channel, stub):
+        for _ in range(20):
+            sent = _sent_timeout(
+                await stub.get_server_info(pb.GetServerInfoRequest(), timeout=30.0)
+            )
+            assert sent is not None
+            assert 29.0 < sent <= 30.0
+            sent = _sent_timeout(
+                await stub.get_server_info(pb.GetServerInfoRequest(), timeout=12.5)
+            )
+            assert sent is not None
+            assert 12.0 < sent <= 13.0  # never less than the client's, at most 1 s more
+        conn = channel._conn
+        assert conn is not None
+        entries = [
+            v for n, v in conn.h2.encoder.header_table.dynamic_entries if n == b"grpc-timeout"
+        ]
+        assert sorted(entries) == [b"13S", b"30S"]
+
+
 async def test_grpc_timeout_is_sent_from_ambient_anyio_deadline(server: Server) -> None:
     async with open_stub(server) as (_, stub):
         with anyio.fail_after(9.0):

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sepp_anyio._grpc._framing import (
+    STABLE_TIMEOUT_FROM,
     CompressedMessageError,
     MessageDecoder,
     MessageTooLargeError,
@@ -16,6 +17,7 @@ from sepp_anyio._grpc._framing import (
     decode_timeout,
     encode_grpc_message,
     encode_message,
+    encode_stable_timeout,
     encode_timeout,
     status_from_http,
 )
@@ -91,6 +93,23 @@ def test_timeout_encoding_round_trips_never_earlier_and_within_precision(seconds
         # ...and at most one unit step more: the finest unit that fits 8
         # digits is chosen, so a step is below 1e-5 of the value.
         assert decoded <= seconds * (1 + 1e-5) + 1e-9
+
+
+@given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_stable_timeout_is_whole_seconds_rounded_up_from_ten_seconds(seconds: float) -> None:
+    encoded = encode_stable_timeout(seconds)
+    if seconds < STABLE_TIMEOUT_FROM or seconds > 99_999_999:
+        assert encoded is None
+        return
+    assert encoded is not None and encoded.endswith("S")
+    decoded = decode_timeout(encoded)
+    assert seconds <= decoded < seconds + 1
+    # The same value for any timeout up to the next whole second: it repeats.
+    assert encode_stable_timeout(decoded) == encoded
+
+
+def test_stable_timeout_of_nan_is_none() -> None:
+    assert encode_stable_timeout(float("nan")) is None
 
 
 @pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan")])

@@ -227,7 +227,11 @@ class Channel:
         )
 
     def _request_headers(
-        self, path: str, timeout: bytes | None, metadata: list[tuple[bytes, bytes]]
+        self,
+        path: str,
+        timeout: bytes | None,
+        stable_timeout: bool,
+        metadata: list[tuple[bytes, bytes]],
     ) -> tuple[list[tuple[bytes, bytes]], int]:
         """The request's headers, and how many leading ones are the same on every call.
 
@@ -246,8 +250,12 @@ class Channel:
             *self._fixed_headers,
             *self._indexed_metadata,
         ]
+        if timeout is not None and stable_timeout:
+            # The same on every call with this timeout (whole seconds): indexed once,
+            # then a one-byte reference like the headers above.
+            headers.append((b"grpc-timeout", timeout))
         constant = len(headers)
-        if timeout is not None:
+        if timeout is not None and not stable_timeout:
             # A different value on every call: indexing it would fill the
             # HPACK dynamic table with dead entries and evict the constant
             # headers, which are otherwise sent as one-byte references.

@@ -147,6 +147,26 @@ def encode_timeout(seconds: float) -> str:
     return f"{_MAX_VALUE}H"
 
 
+# From this many seconds up, grpc-timeout is sent in whole seconds (see encode_stable_timeout).
+STABLE_TIMEOUT_FROM = 10.0
+
+
+def encode_stable_timeout(seconds: float) -> str | None:
+    """A ``grpc-timeout`` value that is the same on every call made with the same timeout:
+    whole seconds, rounded up, for timeouts of at least :data:`STABLE_TIMEOUT_FROM` seconds;
+    None below that (use :func:`encode_timeout`).
+
+    The finest unit changes with every call (the microseconds between computing the
+    deadline and sending the header), so that value can only be sent as a literal, which
+    every server decodes afresh. A whole-second value repeats, so it is indexed once in the
+    HPACK table and then sent (and decoded) as a one-byte reference. The server gets at most
+    one second (a tenth, at worst) more than the client, which enforces its own deadline.
+    """
+    if not seconds >= STABLE_TIMEOUT_FROM or seconds > _MAX_VALUE:
+        return None
+    return f"{math.ceil(seconds)}S"
+
+
 def decode_timeout(value: str) -> float:
     """Parse a ``grpc-timeout`` header value into seconds.
 

@@ -43,7 +43,13 @@ from multidict import MultiDict
 
 from .._decoded import check_decoded
 from ._connection import CallState, Connection, status_for_reset
-from ._framing import decode_grpc_message, encode_message, encode_timeout, status_from_http
+from ._framing import (
+    decode_grpc_message,
+    encode_message,
+    encode_stable_timeout,
+    encode_timeout,
+    status_from_http,
+)
 from ._metadata import decode_metadata
 
 if TYPE_CHECKING:
@@ -267,15 +273,20 @@ class Stream:
 
     # ------------------------------------------------------------ sending
 
-    def _timeout_header(self, ambient: float) -> bytes | None:
+    def _timeout_header(self, ambient: float, now: float) -> tuple[bytes | None, bool]:
         """grpc-timeout: the nearer of our own deadline and the caller's (``ambient``,
-        the effective deadline around the call)."""
+        the effective deadline around the call), and whether the value is a stable one
+        (the same on the next call with the same timeout, see encode_stable_timeout)."""
         deadline = ambient
         if self._deadline is not None and self._deadline < deadline:
             deadline = self._deadline
         if deadline == math.inf:
-            return None
-        return encode_timeout(deadline - anyio.current_time()).encode("ascii")
+            return None, False
+        remaining = deadline - now
+        stable = encode_stable_timeout(remaining)
+        if stable is not None:
+            return stable.encode("ascii"), True
+        return encode_timeout(remaining).encode("ascii"), False
 
     async def _open(self, *, end: bool, body: bytes | None) -> None:
         """Open the HTTP/2 stream: headers, then the body if there is one."""
@@ -296,11 +307,18 @@ class Stream:
         scope = self._local_scope()
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
-            timeout = self._timeout_header(ambient)
-            headers, constant = self._channel._request_headers(self._name, timeout, self._metadata)
+            timeout, stable = self._timeout_header(ambient, anyio.current_time())
+            headers, constant = self._channel._request_headers(
+                self._name, timeout, stable, self._metadata
+            )
             h2conn = conn.h2
             stream_id = h2conn.get_next_available_stream_id()
-            conn.encoder.expect_prefix(self._name.encode(), constant)
+            # A stable grpc-timeout is part of the constant prefix, so it keys the cache too.
+            key = self._name.encode()
+            if stable:
+                assert timeout is not None
+                key += b"\0" + timeout
+            conn.encoder.expect_prefix(key, constant)
             h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
             self._conn = conn
             call = self._call = conn.open_call(stream_id)
