@@ -577,6 +577,9 @@ class Connection:
         self.closed = anyio.Event()
         self._flushing = False
         self._open_streams = 0
+        # The peer's MAX_CONCURRENT_STREAMS, read from h2 when its settings change (h2's
+        # settings lookups cost more than the rest of taking a slot).
+        self._max_streams = self.h2.remote_settings.max_concurrent_streams
         self._slot_waiters: deque[anyio.Event] = deque()
         self._window_waiters: list[anyio.Event] = []
         self._ping_ack: anyio.Event | None = None
@@ -676,7 +679,7 @@ class Connection:
         """
         if (
             not self._slot_waiters
-            and self._open_streams < self.h2.remote_settings.max_concurrent_streams
+            and self._open_streams < self._max_streams
         ):
             self._open_streams += 1
             return
@@ -700,7 +703,7 @@ class Connection:
         self._grant_slots()
 
     def _grant_slots(self) -> None:
-        limit = self.h2.remote_settings.max_concurrent_streams
+        limit = self._max_streams
         while self._slot_waiters and self._open_streams < limit:
             self._open_streams += 1
             self._slot_waiters.popleft().set()
@@ -859,6 +862,7 @@ class Connection:
         elif kind is h2.events.RemoteSettingsChanged:
             # The limit may have grown, and a new initial window changes every
             # stream's send window.
+            self._max_streams = self.h2.remote_settings.max_concurrent_streams
             self.ready.set()
             self._grant_slots()
             self._wake_window_waiters()
