@@ -677,10 +677,7 @@ class Connection:
         queued calls). Raises UNAVAILABLE if the connection stops taking new
         calls meanwhile; the caller then retries on a fresh connection.
         """
-        if (
-            not self._slot_waiters
-            and self._open_streams < self._max_streams
-        ):
+        if not self._slot_waiters and self._open_streams < self._max_streams:
             self._open_streams += 1
             return
         waiter = anyio.Event()
