@@ -11,6 +11,11 @@ Shape (the reason this library exists)::
                     ├── the handler
                     └── the heartbeat (extends the lease; cancels the scope if it is lost)
 
+Under load with short handlers, when every job in flight is being acked, the reserve
+loop waits for those jobs' tokens (up to half of ``max_in_flight``) before it reserves,
+so a burst of acks is followed by one full reserve rather than a one-job reserve that
+queues behind them at the server (see ``_gather_settling_tokens``).
+
 Outcomes: a handler that returns acks; ``HandlerError.retry/retry_after/
 permanent`` nacks with that directive; any other exception, and a job type
 with no handler, nack with a backoff of ``min(2**attempt, 60)`` seconds (so a
