@@ -179,3 +179,77 @@ async def test_signal_stops_gracefully_with_exit_0(signum: signal.Signals) -> No
         assert re.search(rf"{signum.name} received; shutting down", server.output)
     finally:
         await anyio.to_thread.run_sync(server.stop)
+
+
+@pytest.mark.parametrize(
+    ("args", "enabled"),
+    [
+        ((), False),  # the default, as the real server: dead letters are deleted
+        (("--dead-letter-retention", "86400"), True),
+        (("--dead-letter-retention", "0.5"), True),
+        (("--dead-letter-retention", "0"), False),
+    ],
+)
+async def test_dead_letter_retention_flag(
+    tmp_path: Path, args: tuple[str, ...], enabled: bool
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}
+    server = ServerProcess("--memory", "--port", "0", *args, env=env, cwd=tmp_path)
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        assert ("dead letters: kept" in server.output) is enabled
+        async with sepp.connect(server.address) as client:
+            assert (await client.server_info()).dead_letter_retention_enabled is enabled
+            await client.enqueue(sepp.EnqueueRequest("cli-dlq", "t"))
+            (job,) = await client.reserve(["cli-dlq"], lease=5.0, wait=1.0)
+            assert await client.nack(job.ctx, sepp.RetryDirective.dead_letter(), "no")
+            drained = await client.drain_dead_letters("cli-dlq", max=10)
+            assert [record.job_id for record in drained] == ([job.ctx.id] if enabled else [])
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+async def test_dead_letter_retention_flag_overrides_the_config(tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SEPP_")},
+        "SEPP_STORAGE__DEAD_LETTER_RETENTION_MS": "60000",
+    }
+    args = ("--memory", "--port", "0", "--dead-letter-retention", "0")
+    server = ServerProcess(*args, env=env, cwd=tmp_path)
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        async with sepp.connect(server.address) as client:
+            assert (await client.server_info()).dead_letter_retention_enabled is False
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("-1", "must be a finite number of seconds >= 0"),
+        ("inf", "must be a finite number of seconds >= 0"),
+        ("nan", "must be a finite number of seconds >= 0"),
+        ("soon", "not a number of seconds"),
+        ("0.0001", "must be 0 (off) or at least 0.001 s"),
+        ("1e300", "must be at most"),
+    ],
+)
+def test_bad_dead_letter_retention_exits_2(value: str, needle: str) -> None:
+    result = _run("--memory", "--port", "0", f"--dead-letter-retention={value}")
+    assert result.returncode == 2, result.stderr
+    assert f"argument --dead-letter-retention: {needle}" in result.stderr
+    assert "listening" not in result.stderr
+
+
+def test_port_in_use_is_one_line_naming_the_address_and_port_option(tmp_path: Path) -> None:
+    with ServerProcess("--memory", "--port", "0", cwd=tmp_path) as first:
+        result = _run("--memory", "--port", str(first.port), "--log-level", "WARNING")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"python -m sepp_anyio.server: error: the server cannot run: cannot listen on "
+        f"127.0.0.1:{first.port}: the address is already in use"
+    ), line
+    assert "--port PORT" in line and "--port 0" in line

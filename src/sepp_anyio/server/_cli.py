@@ -18,6 +18,9 @@ Where each setting comes from, first match wins:
   ``[storage] persist_mode`` picks SQLite's ``synchronous``: ``buffer`` is NORMAL, the others
   FULL (fsync before every reply).
 * API keys: ``--api-key`` (repeatable) replaces ``[auth] api_keys``.
+* dead letters: ``--dead-letter-retention SECONDS`` replaces ``[storage]
+  dead_letter_retention_ms`` (default 0: a dead-lettered job is deleted, and ``sepp-anyio dlq
+  drain`` finds nothing).
 * TLS: ``--tls-cert`` and ``--tls-key`` (both or neither); else ``[server] tls_cert_path`` and
   ``tls_key_path``.
 * everything else: the config file (``--config``, else ``SEPP_CONFIG``, else ``./sepp.toml`` if
@@ -29,14 +32,18 @@ server gracefully (parked reserves answer empty; calls in progress get ``--shutd
 seconds) and the process exits 0; a second signal during that stop kills it at once.
 
 Exit status: 0 after a signal, 2 for bad arguments or configuration (the message names the
-key), 1 when the server cannot run (address in use, unusable database).
+key), 1 when the server cannot run (address in use, unusable database).  Every failure is
+one line on stderr, ``<prog>: error: ...``; for an address in use it names the address and
+``--port``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
+import math
 import os
 import re
 import signal
@@ -54,7 +61,7 @@ from typing import Any, Final, Self, final
 import anyio
 
 from .._version import __version__
-from ._config import ApiKey, AuthConfig, ServerConfig, ServerSection
+from ._config import I64_MAX, ApiKey, AuthConfig, ServerConfig, ServerSection
 from ._errors import ConfigError
 from ._memory import MemoryStore
 from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, serve
@@ -100,6 +107,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _retention(text: str) -> int:
+    """``--dead-letter-retention SECONDS``: finite seconds >= 0, as whole milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    ms = round(value * 1000)
+    if ms > I64_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {I64_MAX // 1000} seconds, not {text}")
+    if value > 0 and ms == 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or at least 0.001 s, not {text}")
+    return ms
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The argument parser (``prog`` is the command name shown in usage and errors)."""
     parser = argparse.ArgumentParser(
@@ -139,6 +162,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="KEY",
         dest="api_keys",
         help="accept this API key (repeatable; replaces [auth] api_keys)",
+    )
+    parser.add_argument(
+        "--dead-letter-retention",
+        type=_retention,
+        metavar="SECONDS",
+        dest="dead_letter_retention_ms",
+        help="keep dead letters this long, for 'sepp-anyio dlq drain' (replaces [storage] "
+        "dead_letter_retention_ms; default 0: a dead-lettered job is deleted)",
     )
     parser.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (with --tls-key)")
     parser.add_argument("--tls-key", metavar="PEM", help="TLS private key (with --tls-cert)")
@@ -195,6 +226,11 @@ def _resolve(args: argparse.Namespace, env: Mapping[str, str]) -> _Settings:
     if args.api_keys is not None:
         auth = AuthConfig(api_keys=tuple(ApiKey(key) for key in args.api_keys))
         config = dataclasses.replace(config, auth=auth)
+    if args.dead_letter_retention_ms is not None:
+        storage = dataclasses.replace(
+            config.storage, dead_letter_retention_ms=args.dead_letter_retention_ms
+        )
+        config = dataclasses.replace(config, storage=storage)
     defaults = ServerSection()
     section = config.server
 
@@ -252,11 +288,15 @@ def _signals() -> AbstractContextManager[Any]:
 async def _run(settings: _Settings) -> None:
     config = settings.config
     keys = config.auth.api_keys
+    retention_ms = config.storage.dead_letter_retention_ms
     logger.info(
-        "storage: %s; auth: %s; tls: %s",
+        "storage: %s; dead letters: %s; auth: %s; tls: %s",
         "memory (lost on exit)"
         if settings.db_path is None
         else f"sqlite {settings.db_path} (synchronous={config.storage.sqlite_synchronous})",
+        f"kept {retention_ms / 1000:g} s"
+        if retention_ms
+        else "not kept (--dead-letter-retention SECONDS keeps them)",
         "off" if keys is None else f"{len(keys)} key(s)" if keys else "on, no keys: refusing all",
         "on" if settings.tls_cert is not None else "off",
     )
@@ -320,18 +360,34 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         if isinstance(error, KeyboardInterrupt):
             return 130
         if isinstance(error, sqlite3.Error):
-            logger.error("the server cannot run: database %s: %s", settings.db_path, error)
-            return 1
+            return _cannot_run(parser, f"database {settings.db_path}: {error}")
+        if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+            address = f"[{settings.host}]" if ":" in settings.host else settings.host
+            return _cannot_run(
+                parser,
+                f"cannot listen on {address}:{settings.port}: the address is already in use "
+                "(another server is running there?); choose another port with --port PORT, "
+                "or --port 0 for any free one",
+            )
         if isinstance(error, OSError | RuntimeError):
-            logger.error("the server cannot run: %s", error)
-            return 1
+            return _cannot_run(parser, str(error))
         raise
     return 0
 
 
+def _error_line(parser: argparse.ArgumentParser, message: str) -> None:
+    text = " ".join(message.split())
+    print(f"{parser.prog}: error: {text}", file=sys.stderr, flush=True)
+
+
 def _config_error(parser: argparse.ArgumentParser, error: ConfigError) -> int:
-    print(f"{parser.prog}: error: {error}", file=sys.stderr, flush=True)
+    _error_line(parser, str(error))
     return 2
+
+
+def _cannot_run(parser: argparse.ArgumentParser, message: str) -> int:
+    _error_line(parser, f"the server cannot run: {message}")
+    return 1
 
 
 # --------------------------------------------------------------------------- subprocess helper
