@@ -6,14 +6,20 @@ own ``--help``) and returns the exit status. ``sepp-anyio server ...`` is exactl
 runs, so ``sepp-anyio --help`` stays fast.
 
 Exit status, for every subcommand: 0 on success, 1 when the work fails (an unreachable
-server, a refusal), 2 for bad input on the command line; a failure is one line on stderr.
+server, a refusal), 2 for bad input on the command line (an unknown command too: the line
+lists the commands and suggests the nearest); a failure is one line on stderr. When the
+reader of stdout goes away (``sepp-anyio info | head -1``) the command stops quietly with
+status 141, 128 + SIGPIPE (see ``_cli_common.stdout_closed``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ._version import __version__
 
@@ -68,8 +74,15 @@ _COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``_cli_common.Parser`` would import the client: slow)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Client, worker and reference server for the sepp job queue. "
         "Run 'sepp-anyio COMMAND --help' for a command's options.",
@@ -82,14 +95,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_command(name: str) -> str:
+    """The one error line for an unknown command: the nearest command, and all of them."""
+    near = difflib.get_close_matches(name, list(_COMMANDS), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (
+        f"{PROG}: error: unknown command {name!r}{hint} "
+        f"(commands: {', '.join(_COMMANDS)}; see '{PROG} --help')"
+    )
+
+
+def _leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _stdout_closed() -> int:
+    # The same as _cli_common.stdout_closed, which is not imported here: `--help` stays fast.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    ``--help`` and ``--version`` of the dispatcher itself exit (SystemExit), as argparse
+    does; everything else returns the status.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _dispatch(args)
+        # Flushed here, inside the try: buffered output to a closed pipe fails now, not in
+        # the interpreter's exit flush (where it would print "Exception ignored ...").
+        sys.stdout.flush()
+    except SystemExit as exit_:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _stdout_closed()
+            raise SystemExit(141) from None
+        raise exit_ from None
+    except BaseException as raw:  # a closed stdout arrives bare or in exception groups
+        if isinstance(_leaf(raw), BrokenPipeError):
+            return _stdout_closed()
+        raise
+    return status
+
+
+def _dispatch(args: list[str]) -> int:
     parser = build_parser()
     if not args or args[0] not in _COMMANDS:
         if args and not args[0].startswith("-"):
-            parser.print_usage(sys.stderr)
-            print(f"{PROG}: error: unknown command {args[0]!r}", file=sys.stderr)
+            print(_unknown_command(args[0]), file=sys.stderr)
             return 2
         parser.parse_args(args)  # --help / --version exit here
         parser.print_help(sys.stderr)

@@ -9,7 +9,11 @@ Every subcommand follows the same rules:
   traceback (a traceback is printed only for an exception raised by the user's own code,
   where it is the useful part);
 * connection options are the same everywhere (``--address``, ``--api-key``, ``--tls``, ...),
-  with ``SEPP_ADDR`` and ``SEPP_API_KEY`` as environment defaults.
+  with ``SEPP_ADDR`` and ``SEPP_API_KEY`` as environment defaults;
+* when the reader of stdout goes away (``sepp-anyio info | head -1``), the command stops
+  quietly with status 141 (128 + SIGPIPE, what a shell reports for a command killed by
+  SIGPIPE), after pointing stdout at ``os.devnull`` as the Python documentation's note on
+  SIGPIPE recommends, so the interpreter's last flush cannot fail again.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ from typing import Final, NoReturn
 import anyio
 
 from ._client import Client, connect
-from ._errors import ConnectError, JobRejectedError, SeppError
+from ._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
 from ._types import RetryPolicy
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_ADDRESS",
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_USAGE",
     "CliError",
@@ -45,17 +50,21 @@ __all__ = [
     "configure_logging",
     "describe",
     "error_line",
+    "leaf",
     "nonnegative_seconds",
     "open_client",
     "parse",
     "positive_int",
     "positive_seconds",
     "run_async",
+    "stdout_closed",
     "table",
 ]
 
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
+#: 128 + SIGPIPE (13 on every POSIX system; Windows has no SIGPIPE, the number is kept).
+EXIT_BROKEN_PIPE: Final = 141
 DEFAULT_ADDRESS: Final = "127.0.0.1:50051"
 BACKENDS: Final = ("asyncio", "trio")
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -278,18 +287,49 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 # --------------------------------------------------------------------------- running
 
 
-def _leaf(error: BaseException) -> BaseException:
+def leaf(error: BaseException) -> BaseException:
     """The lone exception inside nested single-member exception groups."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
 
 
+#: What an UNAUTHENTICATED refusal needs: the key, given one of the two ways.
+_API_KEY_HINT: Final = "pass the server's API key with --api-key KEY or set $SEPP_API_KEY"
+
+
 def describe(error: SeppError) -> str:
-    """A one-line description of a client error (its class says what kind it is)."""
+    """A one-line description of a client error (its class says what kind it is).
+
+    The client's own message is used once, as it is (a :class:`ConnectError` already
+    says where and why); an :class:`UnauthenticatedError` also names the options that fix
+    it.
+    """
     if isinstance(error, ConnectError | JobRejectedError):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, UnauthenticatedError):
+        text += f" ({_API_KEY_HINT})"
+    return text
+
+
+def stdout_closed() -> int:
+    """Stdout's reader went away: point stdout at ``os.devnull``; return 141.
+
+    The recipe of the Python documentation (``signal``, "Note on SIGPIPE"): with stdout on
+    devnull, the flush at interpreter exit cannot raise ``BrokenPipeError`` again (which
+    would print "Exception ignored ..." and exit 120). Nothing is printed: the reader chose
+    to stop reading, as with ``| head -1``.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (replaced, or closed)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "asyncio") -> int:
@@ -297,8 +337,9 @@ def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "
 
     :class:`CliError` and :class:`~sepp_anyio.SeppError` (alone or as the only member of
     exception groups) become one error line and status 1 (or the CliError's code);
-    Ctrl-C that nobody handled is status 130. Anything else propagates (a bug, or the
-    user's own code failing, where the traceback is what helps).
+    Ctrl-C that nobody handled is status 130; a closed stdout (``BrokenPipeError``) is
+    status 141, silently (see :func:`stdout_closed`). Anything else propagates (a bug, or
+    the user's own code failing, where the traceback is what helps).
     """
     try:
         check_backend(backend)
@@ -306,9 +347,11 @@ def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "
     except KeyboardInterrupt:
         return 130
     except BaseException as raw:
-        error = _leaf(raw)
+        error = leaf(raw)
         if isinstance(error, KeyboardInterrupt):
             return 130
+        if isinstance(error, BrokenPipeError):
+            return stdout_closed()
         if isinstance(error, CliError):
             error_line(prog, error.message)
             return error.code

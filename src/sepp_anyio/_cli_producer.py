@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import dataclasses
 import json
 import sys
@@ -34,6 +35,7 @@ from ._cli_common import (
     run_async,
     table,
 )
+from ._client import Client
 from ._errors import SeppError
 from ._types import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
 
@@ -392,71 +394,127 @@ def _save(records: list[DeadLetterRecord]) -> Path:
     return path
 
 
+_NO_RETENTION = (
+    "the server at {address} keeps no dead letters (its dead-letter retention is off), so "
+    "there is nothing to drain: start it with 'sepp-anyio server --dead-letter-retention "
+    "SECONDS', or set [storage] dead_letter_retention_ms in its sepp.toml"
+)
+
+
+async def _requeue(
+    client: Client,
+    batch: list[DeadLetterRecord],
+    requeued: dict[str, str | None],
+    lost: dict[str, str],
+) -> str | None:
+    """Enqueue ``batch`` again; record each new job id in ``requeued`` (None: not requeued)
+    and why in ``lost``. Returns the failure when the call itself failed (stop draining).
+    """
+    try:
+        results = await client.enqueue_batch([_replay_request(r) for r in batch])
+    except SeppError as exc:
+        failure = f"re-enqueueing failed ({describe(exc)})"
+        for record in batch:
+            requeued[record.job_id] = None
+            lost[record.job_id] = failure
+        return failure
+    for record, result in zip(batch, results, strict=True):
+        if isinstance(result, EnqueueAck):
+            requeued[record.job_id] = result.job_id
+        else:
+            requeued[record.job_id] = None
+            lost[record.job_id] = f"rejected: {result}"
+    return None
+
+
+def _json_line(
+    record: DeadLetterRecord, requeued: dict[str, str | None] | None, lost: dict[str, str]
+) -> str:
+    fields = _record_json(record)
+    if requeued is not None:  # --requeue: the new job's id, or why there is none
+        fields["requeued_as"] = requeued.get(record.job_id)
+        if record.job_id in lost:
+            fields["not_requeued"] = lost[record.job_id]
+    return json.dumps(fields)
+
+
+def _print_table(
+    drained: list[DeadLetterRecord], requeued: dict[str, str | None] | None, lost: dict[str, str]
+) -> None:
+    def new_id(record: DeadLetterRecord) -> str:
+        assert requeued is not None
+        if record.job_id in lost:
+            return "NOT requeued: " + lost[record.job_id]
+        return requeued.get(record.job_id) or "-"
+
+    rows = [
+        (
+            r.job_id,
+            r.queue,
+            r.job_type,
+            r.cause.value,
+            str(r.final_attempt),
+            r.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _preview_reason(r.last_reason),
+            _preview(r.payload),
+            *((new_id(r),) if requeued is not None else ()),
+        )
+        for r in drained
+    ]
+    headers: tuple[str, ...] = ("dead job", "queue", "type", "cause", "attempts", "failed at (UTC)")
+    headers += ("last reason", "payload") + (("requeued as",) if requeued is not None else ())
+    if rows:
+        print(table(headers, rows))
+
+
 async def _drain(args: argparse.Namespace) -> int:
     drained: list[DeadLetterRecord] = []
-    requeued: dict[str, str] = {}  # dead job id -> outcome text
-    lost: list[DeadLetterRecord] = []
-    failure = ""
-    async with open_client(args, retry=_RETRY) as client:
-        while len(drained) < args.max:
-            batch = await client.drain_dead_letters(
-                args.queue, min(args.max - len(drained), _DRAIN_CALL_MAX)
-            )
-            if not batch:
-                break
-            drained.extend(batch)
-            if args.json:
-                for record in batch:
-                    print(json.dumps(_record_json(record)), flush=True)
-            if not args.requeue:
-                continue
-            try:
-                results = await client.enqueue_batch([_replay_request(r) for r in batch])
-            except SeppError as exc:
-                failure = f"re-enqueueing failed ({describe(exc)})"
-                lost.extend(batch)
-                for record in batch:
-                    requeued[record.job_id] = "NOT requeued"
-                break
-            for record, result in zip(batch, results, strict=True):
-                if isinstance(result, EnqueueAck):
-                    requeued[record.job_id] = result.job_id
-                else:
-                    requeued[record.job_id] = f"NOT requeued: {result}"
-                    lost.append(record)
-    if not args.json:
-        rows = [
-            (
-                r.job_id,
-                r.queue,
-                r.job_type,
-                r.cause.value,
-                str(r.final_attempt),
-                r.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
-                _preview_reason(r.last_reason),
-                _preview(r.payload),
-                *((requeued.get(r.job_id, "-"),) if args.requeue else ()),
-            )
-            for r in drained
-        ]
-        headers: tuple[str, ...] = (
-            "dead job",
-            "queue",
-            "type",
-            "cause",
-            "attempts",
-            "failed at (UTC)",
-        )
-        headers += ("last reason", "payload") + (("requeued as",) if args.requeue else ())
-        if rows:
-            print(table(headers, rows))
-    where = "" if args.queue is None else f" from queue {args.queue!r}"
-    done = f"drained {len(drained)} dead letter(s){where}"
-    if args.requeue:
-        done += f", requeued {len(drained) - len(lost)}"
-    print(done, file=sys.stderr if args.json else sys.stdout)
+    # --requeue: dead job id -> the new job's id (None: not requeued); else None.
+    requeued: dict[str, str | None] | None = {} if args.requeue else None
+    lost: dict[str, str] = {}  # dead job id -> why it was not requeued
+    failure: str | None = None
+    try:
+        async with open_client(args, retry=_RETRY) as client:
+            while len(drained) < args.max:
+                batch = await client.drain_dead_letters(
+                    args.queue, min(args.max - len(drained), _DRAIN_CALL_MAX)
+                )
+                if not batch:
+                    break
+                drained.extend(batch)
+                if requeued is not None:
+                    failure = await _requeue(client, batch, requeued, lost)
+                if args.json:  # after the requeue, so each line has its new job id
+                    for record in batch:
+                        print(_json_line(record, requeued, lost), flush=True)
+                if failure is not None:
+                    break
+            if not drained:
+                info = await client.server_info()
+                if not info.dead_letter_retention_enabled:
+                    raise CliError(_NO_RETENTION.format(address=args.address))
+        if not args.json:
+            _print_table(drained, requeued, lost)
+        where = "" if args.queue is None else f" from queue {args.queue!r}"
+        done = f"drained {len(drained)} dead letter(s){where}"
+        if requeued is not None:
+            done += f", requeued {len(drained) - len(lost)}"
+        print(done, file=sys.stderr if args.json else sys.stdout, flush=True)
+    except BrokenPipeError:
+        # Stdout's reader went away: which records it read is unknown, and a drained record
+        # that was not requeued exists nowhere else, so every one of them is saved.
+        unsafe = [r for r in drained if requeued is None or requeued.get(r.job_id) is None]
+        if unsafe:
+            path = _save(unsafe)
+            with contextlib.suppress(OSError):
+                error_line(
+                    args.prog,
+                    f"stdout was closed: the {len(unsafe)} drained record(s) not requeued "
+                    f"were saved to {path}",
+                )
+        raise
     if lost:
-        path = _save(lost)
+        path = _save([r for r in drained if r.job_id in lost])
         reason = failure or f"{len(lost)} job(s) were rejected"
         raise CliError(
             f"{reason}: the {len(lost)} drained record(s) not requeued were saved to {path}",
@@ -481,6 +539,8 @@ def dlq_main(argv: Sequence[str], *, prog: str = "sepp-anyio dlq") -> int:
     if args.queue is not None and not args.queue:
         error_line(prog, "--queue must not be empty (leave it out for every queue)")
         return EXIT_USAGE
+
+    args.prog = prog
 
     async def drain() -> int:
         return await _drain(args)

@@ -26,6 +26,7 @@ __all__ = [
     "closed_port",
     "retention_server",
     "run_cli",
+    "run_cli_into_closed_pipe",
     "with_client",
 ]
 
@@ -69,6 +70,33 @@ def run_cli(
         check=False,
     )
     return result
+
+
+def run_cli_into_closed_pipe(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = RUN_TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m sepp_anyio ARGS`` with stdout a pipe nobody reads: its read end is closed
+    before the command starts, so its first write to stdout fails (EPIPE), as in
+    ``sepp-anyio info | head -1`` once ``head`` has exited. stdout is None."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "sepp_anyio", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+            env=_env(env),
+            cwd=cwd,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
 
 
 def assert_one_line_error(

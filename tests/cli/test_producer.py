@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,7 +14,13 @@ import pytest
 import sepp_anyio as sepp
 from sepp_anyio.server import ServerProcess
 
-from ._util import assert_one_line_error, closed_port, run_cli, with_client
+from ._util import (
+    assert_one_line_error,
+    closed_port,
+    run_cli,
+    run_cli_into_closed_pipe,
+    with_client,
+)
 
 
 def _reserve_all(server: ServerProcess, queue: str) -> list[sepp.Job]:
@@ -273,3 +280,112 @@ def test_tls_and_api_key_options(tmp_path: Path) -> None:
         # A name the certificate does not carry.
         wrong_name = run_cli("info", *secure, "--tls-server-name", "example.com")
         assert_one_line_error(wrong_name, 1, "could not connect")
+
+
+# --------------------------------------------------------------------------- errors naming the fix
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server that accepts one API key, ``right`` (and keeps dead letters)."""
+    cwd = tmp_path_factory.mktemp("auth-server")
+    args = ("--memory", "--port", "0", "--api-key", "right", "--dead-letter-retention", "60")
+    with ServerProcess(*args, "--log-level", "ERROR", cwd=cwd) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("info",),
+        ("enqueue", "-q", "q", "-t", "t"),
+        ("dlq", "drain"),
+        ("demo", "--jobs", "1"),
+    ],
+    ids=lambda command: command[0],
+)
+def test_unauthenticated_names_the_api_key_options(
+    auth_server: ServerProcess, command: tuple[str, ...]
+) -> None:
+    args = [*command, "--address", auth_server.address, "--log-level", "ERROR"]
+    needles = ("UnauthenticatedError", "--api-key KEY", "$SEPP_API_KEY")
+    assert_one_line_error(run_cli(*args), 1, "missing API key", *needles)
+    assert_one_line_error(run_cli(*args, "--api-key", "wrong"), 1, "invalid API key", *needles)
+    ok = run_cli(*args, env={"SEPP_API_KEY": "right"})
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_plaintext_to_a_tls_server_is_reported_once(tmp_path: Path) -> None:
+    from tests.server_net._util import write_tls_files
+    from tests.support.servers import make_tls
+
+    cert, key = write_tls_files(make_tls(), tmp_path)
+    args = ("--memory", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    with ServerProcess(*args, cwd=tmp_path) as server:
+        result = run_cli("info", "-a", f"127.0.0.1:{server.port}")
+    line = assert_one_line_error(result, 1, "could not connect")
+    assert line.count("could not connect") == 1, line
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+def test_dlq_drain_against_a_server_without_retention_says_so(tmp_path: Path) -> None:
+    with ServerProcess("--memory", "--port", "0", cwd=tmp_path) as server:
+        result = run_cli("dlq", "drain", "-a", server.address)
+    line = assert_one_line_error(
+        result, 1, "keeps no dead letters", "--dead-letter-retention SECONDS"
+    )
+    assert server.address in line
+    assert "drained 0" not in result.stdout
+
+
+def test_dlq_drain_requeue_json_prints_the_new_job_ids(server: ServerProcess, queue: str) -> None:
+    dead = _dead_letters(server, queue, 2)
+    result = run_cli("dlq", "drain", "-q", queue, "--requeue", "--json", "-a", server.address)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [record["job_id"] for record in records] == dead
+    assert "drained 2 dead letter(s)" in result.stderr and "requeued 2" in result.stderr
+    jobs = {job.ctx.id: job for job in _reserve_all(server, queue)}
+    assert {record["requeued_as"] for record in records} == set(jobs)
+    for record in records:
+        job = jobs[record["requeued_as"]]
+        assert job.payload is not None
+        assert job.payload.json() == {"n": dead.index(record["job_id"])}
+        assert "not_requeued" not in record
+
+
+# --------------------------------------------------------------------------- a closed stdout
+
+
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize(
+    "command",
+    [("info",), ("info", "--json"), ("enqueue", "-q", "pipe", "-t", "t"), ("demo", "--jobs", "1")],
+    ids=lambda command: "-".join(command[:2]),
+)
+def test_a_closed_stdout_exits_141_without_a_traceback(
+    server: ServerProcess, command: tuple[str, ...], buffered: bool
+) -> None:
+    env = {"PYTHONUNBUFFERED": ""} if buffered else None
+    result = run_cli_into_closed_pipe(*command, "--address", server.address, env=env)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""  # no traceback, no "Exception ignored", no error line
+
+
+def test_a_closed_stdout_during_dlq_drain_saves_the_drained_records(
+    server: ServerProcess, queue: str, tmp_path: Path
+) -> None:
+    dead = _dead_letters(server, queue, 3)
+    result = run_cli_into_closed_pipe(
+        "dlq", "drain", "-q", queue, "--json", "-a", server.address, cwd=tmp_path
+    )
+    assert result.returncode == 141, result.stderr
+    (line,) = result.stderr.splitlines()  # one line, no traceback
+    assert line.startswith("sepp-anyio dlq: error: stdout was closed: the 3 drained record(s)")
+    (saved,) = tmp_path.glob("sepp-dlq-not-requeued-*.jsonl")
+    assert str(saved) in line
+    assert [json.loads(row)["job_id"] for row in saved.read_text().splitlines()] == dead
+    empty = run_cli("dlq", "drain", "-q", queue, "-a", server.address)
+    assert empty.stdout == f"drained 0 dead letter(s) from queue {queue!r}\n"
