@@ -16,6 +16,7 @@ import pytest
 import sepp_anyio as sepp
 from sepp_anyio.server import ServerProcess
 from tests.cli._util import CliProcess, retention_server, with_client
+from tests.examples.test_readme import file_block
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT = 60
@@ -139,9 +140,15 @@ def test_dead_letter_replay(server: ServerProcess) -> None:
     assert "no dead letters" in _run("dead_letter_replay.py", server)
 
 
-def test_the_example_test_suite_passes(tmp_path: Path) -> None:
+def test_the_example_test_suites_pass(tmp_path: Path) -> None:
+    """``examples/test_shop_jobs.py``, and the README's ``test_jobs.py`` (its fixture runs
+    it on trio and on asyncio), in one pytest run (each run costs seconds to start)."""
+    readme_test = tmp_path / "readme" / "test_jobs.py"
+    readme_test.parent.mkdir()
+    readme_test.write_text(file_block("test_jobs.py"))
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-W", "error"]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLES)],
+        [*argv, str(EXAMPLES), str(readme_test)],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -149,4 +156,7 @@ def test_the_example_test_suite_passes(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 passed" in result.stdout
+    assert "7 passed" in result.stdout, result.stdout
+    for backend in ("trio", "asyncio"):
+        passed = rf"^PASSED \S*::test_a_flaky_job_is_retried\[{backend}\]$"
+        assert re.search(passed, result.stdout, flags=re.MULTILINE), result.stdout
