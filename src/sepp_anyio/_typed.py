@@ -33,12 +33,19 @@ re-validated: a dataclass or ``Struct`` built with a wrong field type is refused
 neither library does on its own), serialises it, then runs the worker's own check on the
 bytes, so that whatever is sent is something the worker will accept.
 
-pydantic and msgspec are imported only when a codec that needs them is built, so
-``import sepp_anyio`` imports neither.
+Payload bytes must be UTF-8 (RFC 8259); the Task checks that before any library parses
+them. One difference between the parsers stays: pydantic's reads the non-JSON tokens
+``NaN`` and ``Infinity`` into a ``float`` field (unless the model sets
+``allow_inf_nan=False``), where msgspec and the built-in validator refuse the payload.
+
+pydantic and msgspec are imported only when a codec that needs them is built, so these
+modules import neither before. (``import sepp_anyio`` does import pydantic when it is
+installed, but through betterproto2, which probes for it at import time.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -224,9 +231,12 @@ def _subclass(cls: type, base: type) -> bool:
 def _is_pydantic_class(cls: type, pydantic: types.ModuleType) -> bool:
     if _subclass(cls, pydantic.BaseModel):
         return True
-    from pydantic.dataclasses import is_pydantic_dataclass
+    import pydantic.dataclasses
 
-    return bool(is_pydantic_dataclass(cls))
+    # Public since pydantic 2.4; before that a pydantic dataclass goes undetected here, which
+    # only matters for spotting a mix with msgspec (as a dataclass, pydantic checks it).
+    is_pydantic_dataclass = getattr(pydantic.dataclasses, "is_pydantic_dataclass", None)
+    return is_pydantic_dataclass is not None and bool(is_pydantic_dataclass(cls))
 
 
 # ---------------------------------------------------------------------------- pydantic
@@ -241,6 +251,11 @@ class _PydanticCodec(TypeCodec[Any]):
         self._error = pydantic.ValidationError
         try:
             self._adapter: Any = pydantic.TypeAdapter(annotation)
+            # Newer pydantic defers an annotation it cannot resolve yet (a forward
+            # reference) until first use; use it now, so that the Task fails where it is
+            # declared rather than at its first enqueue.
+            with contextlib.suppress(pydantic.ValidationError):
+                self._adapter.validate_python(None, strict=True)
             # pydantic passes instances of dataclasses (and of models) through without a
             # look at their fields, even in strict mode. A stdlib dataclass, unlike a model,
             # is never validated at construction, so the producer's check runs through a
@@ -249,7 +264,12 @@ class _PydanticCodec(TypeCodec[Any]):
                 list[annotation],
                 config=pydantic.ConfigDict(revalidate_instances="always"),
             )
-        except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError) as exc:
+        except (
+            pydantic.PydanticUserError,
+            pydantic.PydanticSchemaGenerationError,
+            pydantic.PydanticUndefinedAnnotation,
+            NameError,
+        ) as exc:
             raise TypeError(f"pydantic cannot validate {_name(annotation)}: {exc}") from None
 
     def _invalid(self, exc: Any, *, drop: int = 0) -> Invalid:
@@ -325,7 +345,7 @@ class _MsgspecCodec(TypeCodec[Any]):
         try:
             self._decoder: Any = msgspec.json.Decoder(annotation)
             custom = _msgspec_custom_type(msgspec, annotation)
-        except TypeError as exc:
+        except (TypeError, NameError) as exc:  # NameError: an unresolvable forward reference
             raise TypeError(f"msgspec cannot validate {_name(annotation)}: {exc}") from None
         if custom is not None:
             # msgspec accepts any class as a "custom type" that needs encode/decode hooks;

@@ -55,6 +55,11 @@ class NotATypeForJson:
     pass
 
 
+@dataclasses.dataclass
+class Unresolvable:
+    x: NoSuchName  # type: ignore[name-defined]  # noqa: F821
+
+
 @pytest.mark.parametrize(
     ("annotation", "library"),
     [
@@ -115,6 +120,15 @@ def test_an_annotation_the_library_cannot_handle_is_a_type_error() -> None:
         pytest.raises(TypeError, match=r"^Task 'q/t': msgspec cannot validate NotATypeForJson"),
     ):
         Task("q", "t", NotATypeForJson)
+
+
+@pytest.mark.parametrize("library", ["pydantic", "msgspec"])
+def test_an_unresolvable_annotation_fails_where_the_task_is_made(library: str) -> None:
+    hide = ("pydantic",) if library == "msgspec" else ()
+    with hidden(*hide), pytest.raises(TypeError) as info:
+        Task("q", "t", Unresolvable)
+    assert str(info.value).startswith(f"Task 'q/t': {library} cannot validate Unresolvable: ")
+    assert "NoSuchName" in str(info.value) or "not fully defined" in str(info.value)
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
