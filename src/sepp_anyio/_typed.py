@@ -286,9 +286,13 @@ class _PydanticCodec(TypeCodec[Any]):
         except self._error as exc:
             raise self._invalid(exc, drop=1) from None
         try:
+            # Aliases are the names on the wire, as validation expects them; round_trip
+            # writes what validation reads back (a Json[...] field as its JSON text).
             # Warnings off: a model built with model_construct() or changed by assignment
             # can hold a wrong type; the check of the bytes below names the field instead.
-            data: bytes = self._adapter.dump_json(checked, warnings=False)
+            data: bytes = self._adapter.dump_json(
+                checked, by_alias=True, round_trip=True, warnings=False
+            )
         except Exception as exc:  # PydanticSerializationError, for example a lone surrogate
             raise Invalid([Problem("", f"cannot be serialised as JSON: {exc}")]) from None
         _check_serialised(self, data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pydantic
 import pytest
 
 from sepp_anyio import EnqueueRequest, Payload, RetryDirective
@@ -141,3 +142,18 @@ def test_a_job_without_payload_is_read_as_null(kind: Kind, task: Task[Any]) -> N
         return
     with pytest.raises(TaskPayloadError, match="the job has no payload, and null does not"):
         task.decode(None)
+
+
+class Aliased(pydantic.BaseModel):
+    user_id: int = pydantic.Field(alias="userId")
+    blob: pydantic.Json[list[int]]
+
+
+def test_pydantic_aliases_are_the_names_on_the_wire() -> None:
+    task = Task("q", "t", Aliased)
+    value = Aliased(userId=1, blob="[1,2]")  # type: ignore[arg-type]
+    payload = task.encode(value)
+    assert payload.json() == {"userId": 1, "blob": "[1,2]"}
+    assert task.decode(payload) == value
+    with pytest.raises(TaskPayloadError, match="field 'userId': Field required"):
+        task.decode(Payload.from_json({"user_id": 1, "blob": "[]"}))
