@@ -1,0 +1,172 @@
+"""``run_cron``: the scheduler loop that turns cron slots into enqueued jobs.
+
+One task per :class:`Cron`, all in one task group. Each task remembers the last slot it
+dealt with (at first: its start time, so a fresh scheduler never enqueues slots from before
+it started) and loops:
+
+1. read the wall clock; the due slots are those after the remembered one up to now, of which
+   the newest ``catch_up`` are enqueued, oldest first (older ones are skipped, logged);
+2. sleep until the next slot, in steps of at most a minute so that a wall clock that jumps
+   (a host resumed from suspend, an NTP step) is noticed.
+
+The sleep is ``anyio.sleep`` of a duration computed from the wall clock, so with the
+in-process server under trio's ``MockClock`` (whose clock the client's wall clock follows)
+schedules run on virtual time.
+
+Failures never lose the schedule: a transient error (any ``SeppError`` other than a
+rejection) is retried with backoff, and the slot stays due until it is enqueued or until
+``catch_up`` newer slots have come due. Retrying is safe because the idempotency key makes a
+second enqueue of a slot a no-op. A job the server rejects, or a payload factory that raises,
+skips that slot with an error log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._client import Client
+from .._errors import JobRejectedError, SeppError
+from ._cron import Cron
+
+__all__ = ["run_cron"]
+
+logger = logging.getLogger("sepp_anyio.cron")
+
+#: Longest single sleep: the wall clock is re-read at least this often.
+_MAX_SLEEP = 60.0
+#: Added to each sleep so that a clock with millisecond resolution (the in-process server's)
+#: has reached the slot when the sleep ends, rather than waking a hair early and again.
+_SLEEP_SLACK = 0.001
+_RETRY_FIRST = 0.5
+_RETRY_MAX = 30.0
+
+
+def _checked(crons: Cron[Any] | Iterable[Cron[Any]]) -> list[Cron[Any]]:
+    items = [crons] if isinstance(crons, Cron) else list(crons)
+    if not items:
+        raise ValueError("run_cron needs at least one Cron")
+    names: set[str] = set()
+    for index, cron in enumerate(items):
+        if not isinstance(cron, Cron):
+            raise TypeError(f"crons[{index}] must be a Cron, got {type(cron).__name__}")
+        if cron.name in names:
+            raise ValueError(
+                f"two crons are named {cron.name!r}: their idempotency keys would collide"
+                " (give one of them another name=)"
+            )
+        names.add(cron.name)
+    return items
+
+
+async def run_cron(
+    client: Client,
+    crons: Cron[Any] | Iterable[Cron[Any]],
+    *,
+    wall_clock: Callable[[], datetime] | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Enqueue the slots of one or many crons until cancelled.
+
+    Safe to run on any number of replicas at once (see :class:`Cron`). Reports
+    ``task_status.started()`` once every cron has read its start time: slots from then on
+    are its to enqueue.
+
+    Args:
+        client: where the jobs go.
+        crons: a :class:`Cron` or several (their names must differ).
+        wall_clock: "now" as an aware datetime; default the client's own (the server's clock
+            for the in-process server, so virtual time drives the schedule).
+
+    Raises:
+        ValueError: no crons, or two with the same name.
+        TypeError: something other than a Cron.
+
+    Cancellation: the only way to stop it; an enqueue in progress is abandoned (harmless:
+    a replica or the next start cannot repeat that slot's job within the dedup window,
+    and no later slot is lost because of it).
+    """
+    items = _checked(crons)
+    clock = wall_clock if wall_clock is not None else client._wall_clock
+    async with anyio.create_task_group() as tg:
+        for cron in items:
+            await tg.start(_run_one, client, cron, clock, name=f"sepp cron {cron.name}")
+        task_status.started()
+
+
+async def _run_one(
+    client: Client,
+    cron: Cron[Any],
+    clock: Callable[[], datetime],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    # Slots up to `done` are dealt with; a slot at the very instant of the start is ours.
+    done = clock().astimezone(UTC) - timedelta(microseconds=1)
+    logger.info("cron %s (%s, %s) started", cron.name, cron.expr, cron.timezone)
+    task_status.started()
+    retry = _RETRY_FIRST
+    # The first slot after everything dealt with; until the clock reaches it nothing can be
+    # due (slots up to the last look at the clock were dealt with then), so a wake-up from a
+    # capped sleep costs one clock read. None: to be computed.
+    upcoming: datetime | None = None
+    while True:
+        now = clock().astimezone(UTC)
+        if upcoming is None or now >= upcoming:
+            slots, skipped = cron.due_slots(done, now)
+            if skipped:
+                logger.warning(
+                    "cron %s: slots between %s and %s were missed and are skipped (catch_up=%d)",
+                    cron.name,
+                    done.isoformat(),
+                    slots[0].isoformat(),
+                    cron.catch_up,
+                )
+            failed = False
+            for slot in slots:
+                if not await _enqueue(client, cron, slot):
+                    failed = True
+                    break
+                done = slot.astimezone(UTC)
+            if failed:
+                upcoming = None
+                await anyio.sleep(retry)
+                retry = min(retry * 2, _RETRY_MAX)
+                continue
+            retry = _RETRY_FIRST
+            upcoming = cron.next_slot(max(done, now))
+            if upcoming is None:
+                logger.warning("cron %s: the expression has no further slots", cron.name)
+                await anyio.sleep_forever()
+                return  # pragma: no cover (sleep_forever only ends by cancellation)
+            upcoming = upcoming.astimezone(UTC)
+        delay = (upcoming - clock()).total_seconds()
+        await anyio.sleep(min(max(delay, 0.0) + _SLEEP_SLACK, _MAX_SLEEP))
+
+
+async def _enqueue(client: Client, cron: Cron[Any], slot: datetime) -> bool:
+    """Enqueue ``slot``'s job; False on a transient failure (to retry), True otherwise."""
+    key = cron.idempotency_key(slot)
+    try:
+        request = cron.request(slot)
+    except Exception:
+        logger.exception("cron %s: building the job for %s failed; slot skipped", cron.name, key)
+        return True
+    try:
+        ack = await client.enqueue(request)
+    except JobRejectedError as exc:
+        logger.error("cron %s: the server rejected %s (%s); slot skipped", cron.name, key, exc)
+        return True
+    except SeppError as exc:
+        logger.warning("cron %s: enqueueing %s failed (%s); retrying", cron.name, key, exc)
+        return False
+    if ack.deduplicated:
+        logger.debug("cron %s: %s was already enqueued (job %s)", cron.name, key, ack.job_id)
+    else:
+        logger.info("cron %s: enqueued %s as job %s", cron.name, key, ack.job_id)
+    return True

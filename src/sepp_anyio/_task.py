@@ -1,0 +1,420 @@
+"""Typed tasks: one declaration that producers enqueue with and workers handle.
+
+::
+
+    class Welcome(pydantic.BaseModel):
+        user: int
+
+    send_welcome = sepp.Task("emails", "send_welcome", Welcome, priority=5, timeout=30.0)
+    await send_welcome.enqueue(client, Welcome(user=42), idempotency_key="welcome-42")
+
+A :class:`Task` names a queue and a job type and carries the type of its value. The value
+travels as compact UTF-8 JSON labelled ``application/json``, the same bytes
+:meth:`Payload.from_json` writes, so producers and workers in other languages interoperate
+(no pickle). Which library checks the value, and how strictly, is described in ``_typed``.
+
+This module imports neither the worker nor the client (``Client`` is only named in
+annotations), so a module of task declarations can be shared by producers and workers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
+
+from ._errors import HandlerError
+from ._typed import Invalid, Problem, TypeCodec, codec_for
+from ._types import (
+    _MAX_PRIORITY,
+    _UINT32_MAX,
+    JSON_ENCODING,
+    CustomValue,
+    EnqueueAck,
+    EnqueueRequest,
+    Payload,
+    RetryDirective,
+    TraceContext,
+    _charset,
+    _check_int,
+    _check_queue_name,
+    _check_seconds,
+    _check_str,
+    _is_json_encoding,
+)
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+__all__ = ["Task", "TaskPayloadError"]
+
+T = TypeVar("T")
+
+_NEVER = "it will never validate, so the job is dead-lettered without a retry"
+# A job without a payload is read as JSON null: a type that accepts None takes it.
+_NULL = b"null"
+
+
+class TaskPayloadError(HandlerError):
+    """A received payload is not JSON, or does not validate against its task's type.
+
+    It never will, however often the job is retried, so this is a :class:`HandlerError`
+    whose directive is :meth:`RetryDirective.dead_letter`: raised from a handler (or by the
+    worker while decoding the payload for one), the job is dead-lettered on that attempt
+    with this error's message as the nack reason.
+
+    Args:
+        reason: the message, naming the task and the field(s).
+        directive: always dead-letter unless given (kept for HandlerError's constructors).
+        problems: ``(field, message)`` pairs; ``field`` is ``""`` for the payload as a whole.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        directive: RetryDirective | None = None,
+        *,
+        problems: Sequence[Problem] = (),
+    ) -> None:
+        super().__init__(reason, directive or RetryDirective.dead_letter())
+        #: What is wrong, field by field (at most the first five).
+        self.problems = tuple(problems)
+
+    def __str__(self) -> str:
+        # The reason already says what happens to the job.
+        return self.reason
+
+    @property
+    def field(self) -> str | None:
+        """The first field named, or None if the payload as a whole is wrong."""
+        for problem in self.problems:
+            if problem.field:
+                return problem.field
+        return None
+
+
+def _describe(exc: Invalid) -> str:
+    parts = [f"field {p.field!r}: {p.message}" if p.field else p.message for p in exc.problems]
+    text = "; ".join(parts)
+    if exc.more:
+        text += f" (and {exc.more} more)"
+    return text
+
+
+@final
+class Task(Generic[T]):
+    """A job type whose payload is a value of type ``T``, checked on both sides.
+
+    Args:
+        queue: the queue it is enqueued to (the server's queue-name rules apply).
+        job_type: the job type the worker dispatches on.
+        type: the value's annotation: a pydantic model, a dataclass, a ``TypedDict``, a
+            ``msgspec.Struct``, or plain JSON types (``int``, ``str``, ``list[int]``,
+            ``dict[str, Any]``, ``int | None``, ...). For a union or another special form
+            mypy cannot infer ``T``: annotate the variable, ``Task[int | None]``.
+        priority: 0 to 9, the default of every enqueue; None: the queue's default.
+        max_attempts: at least 1, the default of every enqueue; None: the queue's default.
+        timeout: this task's handler timeout in seconds (it wins over the worker's
+            ``job_timeout``); None: the worker's.
+
+    Raises:
+        TypeError: an argument of the wrong type; an annotation the checking library
+            cannot handle, or one that mixes pydantic and msgspec types.
+        ValueError: an argument out of range (the message names it).
+        ImportError: the annotation needs pydantic or msgspec and neither is installed
+            (the message names the ``sepp-anyio[pydantic]`` and ``[msgspec]`` extras).
+    """
+
+    __slots__ = ("_codec", "_job_type", "_max_attempts", "_priority", "_queue", "_timeout", "_type")
+
+    @overload
+    def __init__(
+        self,
+        queue: str,
+        job_type: str,
+        type: builtins.type[T],
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        # Unions, None, Literal and other special forms are not type[T]: mypy cannot infer
+        # T from them (PEP 747's TypeForm will), so the variable's annotation supplies it.
+        self: Task[Any],
+        queue: str,
+        job_type: str,
+        type: Any,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        queue: str,
+        job_type: str,
+        type: Any,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._queue = _check_queue_name(queue, "Task queue")
+        self._job_type = _check_str(job_type, "Task job_type")
+        self._priority = (
+            None if priority is None else _check_int(priority, "Task priority", 0, _MAX_PRIORITY)
+        )
+        self._max_attempts = (
+            None
+            if max_attempts is None
+            else _check_int(max_attempts, "Task max_attempts", 1, _UINT32_MAX)
+        )
+        self._timeout = (
+            None if timeout is None else _check_seconds(timeout, "Task timeout", positive=True)
+        )
+        self._type: Any = type
+        try:
+            self._codec: TypeCodec[T] = codec_for(type)
+        except TypeError as exc:
+            raise TypeError(f"Task {self._label}: {exc}") from None
+        except ImportError as exc:
+            raise ImportError(f"Task {self._label}: {exc}", name=exc.name) from None
+
+    def __repr__(self) -> str:
+        name = (
+            self._type.__qualname__ if isinstance(self._type, builtins.type) else repr(self._type)
+        )
+        return f"Task({self._queue!r}, {self._job_type!r}, {name})"
+
+    @property
+    def _label(self) -> str:
+        return f"'{self._queue}/{self._job_type}'"
+
+    # ------------------------------------------------------------ attributes
+
+    @property
+    def queue(self) -> str:
+        """The queue it is enqueued to."""
+        return self._queue
+
+    @property
+    def job_type(self) -> str:
+        """The job type the worker dispatches on."""
+        return self._job_type
+
+    @property
+    def type(self) -> Any:
+        """The value's annotation, as given."""
+        return self._type
+
+    @property
+    def priority(self) -> int | None:
+        """The default priority of its enqueues (None: the queue's)."""
+        return self._priority
+
+    @property
+    def max_attempts(self) -> int | None:
+        """The default max_attempts of its enqueues (None: the queue's)."""
+        return self._max_attempts
+
+    @property
+    def timeout(self) -> float | None:
+        """Its handler timeout in seconds; it wins over the worker's ``job_timeout``."""
+        return self._timeout
+
+    @property
+    def library(self) -> str:
+        """What checks its values: ``"pydantic"``, ``"msgspec"`` or ``"json"`` (the
+        built-in validator of plain JSON types)."""
+        return self._codec.library
+
+    # ------------------------------------------------------------ producer side
+
+    def encode(self, value: T) -> Payload:
+        """Validate ``value`` and serialise it as an ``application/json`` payload.
+
+        Instances are re-validated (a dataclass or ``Struct`` built with a wrong field
+        type is refused), and the bytes are checked as the worker will check them.
+
+        Raises:
+            ValueError: the value does not validate; the message names the task and the
+                field, for example ``Task 'emails/send_welcome': field 'user': ...``.
+        """
+        try:
+            data = self._codec.dump(value)
+        except Invalid as exc:
+            raise ValueError(f"Task {self._label}: {_describe(exc)}") from None
+        return Payload(data, JSON_ENCODING)
+
+    def request(
+        self,
+        value: T,
+        *,
+        delay: float | None = None,
+        scheduled_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        custom: Mapping[str, CustomValue] | None = None,
+        trace_context: TraceContext | None = None,
+    ) -> EnqueueRequest:
+        """An :class:`EnqueueRequest` for ``value``, for ``enqueue_batch`` or
+        ``enqueue_atomic``.
+
+        The options are :class:`EnqueueRequest`'s; ``priority`` and ``max_attempts``
+        default to the task's. ``trace_context`` None lets the client stamp the current
+        span's, as for any request.
+
+        Raises:
+            ValueError: the value does not validate (see :meth:`encode`), or an option is
+                out of range (as :class:`EnqueueRequest` raises it).
+            TypeError: an option of the wrong type.
+        """
+        return EnqueueRequest(
+            self._queue,
+            self._job_type,
+            payload=self.encode(value),
+            idempotency_key=idempotency_key,
+            priority=self._priority if priority is None else priority,
+            max_attempts=self._max_attempts if max_attempts is None else max_attempts,
+            trace_context=trace_context,
+            custom={} if custom is None else custom,
+            scheduled_at=scheduled_at,
+            delay=delay,
+        )
+
+    async def enqueue(
+        self,
+        client: Client,
+        value: T,
+        *,
+        delay: float | None = None,
+        scheduled_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        custom: Mapping[str, CustomValue] | None = None,
+        trace_context: TraceContext | None = None,
+    ) -> EnqueueAck:
+        """Validate ``value`` and enqueue it with ``client``; options as for :meth:`request`.
+
+        Nothing is sent when the value does not validate. Cancellation and retries behave
+        as for :meth:`Client.enqueue`: a cancelled call may or may not have enqueued the
+        job (an ``idempotency_key`` makes a repeat safe).
+
+        Raises:
+            ValueError: the value does not validate (nothing was sent), or a bad option.
+            JobRejectedError: the server refused the job; ``.rejection`` says why.
+            ClientError: the call failed.
+        """
+        request = self.request(
+            value,
+            delay=delay,
+            scheduled_at=scheduled_at,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            max_attempts=max_attempts,
+            custom=custom,
+            trace_context=trace_context,
+        )
+        return await client.enqueue(request)
+
+    # ------------------------------------------------------------ worker side
+
+    def decode(self, payload: Payload | None) -> T:
+        """The typed value of a received payload.
+
+        A job without a payload is read as JSON ``null`` (so a task whose type accepts
+        None takes it). Accepted encodings are the JSON media types of
+        :meth:`Payload.json` (``application/json``, ``*+json``, ``text/json``, ``json``),
+        in UTF-8 only (RFC 8259).
+
+        Raises:
+            TaskPayloadError: the encoding is not JSON, the bytes are not UTF-8 JSON, or
+                the value does not validate; the message names the task and the field and
+                says that no retry can help (it is a dead-lettering ``HandlerError``).
+        """
+        if payload is None:
+            data, what = _NULL, "the job has no payload, and null does not validate"
+        else:
+            self._check_encoding(payload.encoding)
+            data, what = payload.data, "payload does not validate"
+            try:
+                payload.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise self._payload_error(f"payload is not UTF-8 JSON: {exc}", ()) from None
+        try:
+            return self._codec.load(data)
+        except Invalid as exc:
+            head = "payload is not JSON" if exc.not_json else what
+            raise self._payload_error(f"{head}: {_describe(exc)}", exc.problems) from None
+
+    def _check_encoding(self, encoding: str) -> None:
+        if not _is_json_encoding(encoding):
+            raise self._payload_error(f"payload encoding is {encoding!r}, not JSON", ())
+        charset = _charset(encoding).lower().replace("-", "").replace("_", "")
+        if charset != "utf8":
+            raise self._payload_error(
+                f"payload encoding {encoding!r} names a charset other than UTF-8, "
+                "which JSON payloads must use",
+                (),
+            )
+
+    def _payload_error(self, text: str, problems: Sequence[Problem]) -> TaskPayloadError:
+        return TaskPayloadError(f"Task {self._label}: {text} ({_NEVER})", problems=problems)
+
+    def check_handler(self, fn: Callable[..., object]) -> None:
+        """Check, at registration, that ``fn`` can be called as ``fn(value, ctx)``.
+
+        Also, when ``fn``'s first parameter is annotated with a class and this task's
+        type is a class, that the task's type is that class or a subclass (so a handler
+        registered for the wrong task fails at once, even in untyped code). Annotations
+        that cannot be resolved, and non-class ones, are left to the type checker.
+
+        Raises:
+            TypeError: ``fn`` is not callable, cannot take two positional arguments, or
+                expects another type; the message names the task and the handler.
+        """
+        name = getattr(fn, "__qualname__", repr(fn))
+        if not callable(fn):
+            raise TypeError(f"Task {self._label}: the handler must be callable, got {name}")
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # some builtins and C callables have none
+            return
+        try:
+            signature.bind(None, None)
+        except TypeError as exc:
+            raise TypeError(
+                f"Task {self._label}: the handler {name} must accept (value, ctx): {exc}"
+            ) from None
+        first = next(iter(signature.parameters.values()))
+        expected = self._type
+        if first.kind is inspect.Parameter.VAR_POSITIONAL or not isinstance(
+            expected, builtins.type
+        ):
+            return
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # a forward reference that does not resolve here
+            return
+        annotated = hints.get(first.name)
+        if not isinstance(annotated, builtins.type) or annotated is object:
+            return
+        try:
+            fits = issubclass(expected, annotated)
+        except TypeError:  # TypedDicts and some special forms refuse issubclass
+            return
+        if not fits:
+            raise TypeError(
+                f"Task {self._label}: the handler {name} takes {first.name}: "
+                f"{annotated.__qualname__}, but the task's values are "
+                f"{expected.__qualname__}"
+            )

@@ -1,0 +1,115 @@
+"""A typed example that ``test_typing.py`` type-checks with ``mypy --strict``.
+
+Every line that carries a ``# type: ignore[code]`` is a mistake mypy must catch with that
+error code; every other line must pass. The project's own mypy run checks this file as it is
+(``warn_unused_ignores`` then fails on a mistake that went unnoticed); the test also checks
+a copy without the ignores and compares the errors line by line.
+
+``task`` stands in for ``Worker.task`` with the signature that decorator is meant to have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+import pydantic
+from typing_extensions import TypedDict
+
+from sepp_anyio import Client, EnqueueAck, EnqueueRequest, JobCtx
+from sepp_anyio._task import Task
+
+T = TypeVar("T")
+TaskFn = Callable[[T, JobCtx], Awaitable[None] | None]
+
+
+def task(declared: Task[T]) -> Callable[[TaskFn[T]], TaskFn[T]]:
+    """The intended signature of ``Worker.task``."""
+
+    def register(fn: TaskFn[T]) -> TaskFn[T]:
+        declared.check_handler(fn)
+        return fn
+
+    return register
+
+
+class Welcome(pydantic.BaseModel):
+    user: int
+
+
+@dataclasses.dataclass
+class Refund:
+    order: int
+
+
+class Ping(TypedDict):
+    n: int
+
+
+class Tick(msgspec.Struct):
+    at: float
+
+
+send_welcome = Task("emails", "send_welcome", Welcome, priority=5, max_attempts=5, timeout=30.0)
+refund = Task("shop", "refund", Refund)
+ping = Task("ops", "ping", Ping)
+tick = Task("ops", "tick", Tick)
+counts = Task("ops", "counts", dict[str, int])
+maybe: Task[int | None] = Task("ops", "maybe", int | None)
+anything: Task[Any] = Task("ops", "anything", Any)
+
+
+async def produce(client: Client) -> None:
+    ack: EnqueueAck = await send_welcome.enqueue(
+        client, Welcome(user=42), delay=10.0, idempotency_key="welcome-42"
+    )
+    request: EnqueueRequest = send_welcome.request(Welcome(user=42))
+    await client.enqueue_atomic([request, refund.request(Refund(order=1))])
+    await refund.enqueue(client, Refund(order=1), priority=1, custom={"k": "v"})
+    await ping.enqueue(client, {"n": 1})
+    await tick.enqueue(client, Tick(at=1.0))
+    await counts.enqueue(client, {"a": 1})
+    await maybe.enqueue(client, None)
+    await anything.enqueue(client, [1, "two"])
+    print(ack.job_id)
+
+    await send_welcome.enqueue(client, 42)  # type: ignore[arg-type]
+    await send_welcome.enqueue(client, Refund(order=1))  # type: ignore[arg-type]
+    await ping.enqueue(client, {"n": "one"})  # type: ignore[typeddict-item]
+    await counts.enqueue(client, {"a": "b"})  # type: ignore[dict-item]
+    await maybe.enqueue(client, "x")  # type: ignore[arg-type]
+    send_welcome.request(Welcome(user=1), priority="high")  # type: ignore[arg-type]
+    await send_welcome.enqueue(client)  # type: ignore[call-arg]
+
+
+def consume(ctx: JobCtx) -> None:
+    welcome: Welcome = send_welcome.decode(None)
+    wrong: Refund = send_welcome.decode(None)  # type: ignore[assignment]
+    print(welcome, wrong, ctx)
+
+
+@task(send_welcome)
+async def handle_welcome(job: Welcome, ctx: JobCtx) -> None:
+    print(job.user, ctx.attempt)
+
+
+@task(refund)
+def handle_refund_sync(job: Refund, ctx: JobCtx) -> None:
+    print(job.order)
+
+
+@task(send_welcome)  # type: ignore[arg-type]
+async def handle_wrong_type(job: Refund, ctx: JobCtx) -> None:
+    print(job.order)
+
+
+@task(send_welcome)  # type: ignore[arg-type]
+async def handle_without_ctx(job: Welcome) -> None:
+    print(job.user)
+
+
+@task(send_welcome)  # type: ignore[arg-type]
+async def handle_returning(job: Welcome, ctx: JobCtx) -> int:
+    return job.user
