@@ -44,14 +44,28 @@ def _pyproject() -> dict[str, Any]:
 
 
 def _runtime_lines(pyproject: dict[str, Any]) -> list[str]:
-    """Read independently of the helper: dependencies plus the trio and otel extras."""
+    """Read independently of the helper: dependencies plus the runtime extras."""
     project = pyproject["project"]
     extras = project["optional-dependencies"]
-    return [*project["dependencies"], *extras["trio"], *extras["otel"]]
+    return [
+        *project["dependencies"],
+        *extras["trio"],
+        *extras["otel"],
+        *extras["pydantic"],
+        *extras["msgspec"],
+    ]
 
 
 def _project(dependencies: list[str], extras: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    optional = {"trio": ["trio>=0.27"], "otel": [], "codegen": [], "test": [], "dev": []}
+    optional: dict[str, list[str]] = {
+        "trio": ["trio>=0.27"],
+        "otel": [],
+        "pydantic": [],
+        "msgspec": [],
+        "codegen": [],
+        "test": [],
+        "dev": [],
+    }
     optional.update(extras or {})
     return {
         "project": {
