@@ -334,6 +334,7 @@ class Engine(anyio.AsyncContextManagerMixin):
             state=JobState.SCHEDULED if later else JobState.READY,
             priority=limits.default_priority if job.priority is None else job.priority,
             enqueued_at_ms=now,
+            seq=self._state.take_seq(),
             attempt=1,
             max_attempts=max_attempts,
             due_ms=scheduled_at if later and scheduled_at is not None else 0,
