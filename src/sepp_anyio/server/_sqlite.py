@@ -6,6 +6,10 @@ With ``synchronous="FULL"`` a commit returns only after the WAL has been fsynced
 what makes an acknowledged write survive ``kill -9`` and power loss; ``"NORMAL"`` survives
 ``kill -9`` but may lose the last transactions on power loss (the ``buffer`` persist mode).
 
+A commit that raises (``database or disk is full``, an I/O error) has been rolled back, by
+SQLite itself or by an explicit ``ROLLBACK``, and the connection stays usable: the engine
+retries the same writes until they commit (``_committer.py``).
+
 The schema version is kept in ``PRAGMA user_version``.  A database of an older version is
 migrated when it is opened (in one transaction, so a failed migration leaves it as it was);
 one of a newer or unknown version is refused rather than misread.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, final
 
 import anyio
@@ -240,6 +244,10 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         self._transactions = 0
+        #: Test seam, not API: called in the commit's worker thread right after ``BEGIN``, so
+        #: that a test can make SQLite itself fail the writes on a real database (for
+        #: example ``PRAGMA max_page_count`` at the current size: "database or disk is full").
+        self._in_transaction_hook: Callable[[sqlite3.Connection], object] | None = None
 
     @property
     def transactions(self) -> int:
@@ -338,10 +346,11 @@ class SqliteStore:
         await anyio.to_thread.run_sync(self._commit_sync, self._conn, writes, limiter=self._limiter)
         self._transactions += 1
 
-    @staticmethod
-    def _commit_sync(conn: sqlite3.Connection, writes: Sequence[Write]) -> None:
+    def _commit_sync(self, conn: sqlite3.Connection, writes: Sequence[Write]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if self._in_transaction_hook is not None:
+                self._in_transaction_hook(conn)
             # Consecutive writes of one kind (a batch of enqueues, a stream of acks) go to
             # SQLite as one executemany: the order of writes is kept, the per-statement
             # Python overhead is not paid per row.
