@@ -49,7 +49,6 @@ from sepp_anyio import (
     ReserveError,
     RetryDirective,
     ScheduledTooFar,
-    ServerInternalError,
     StatusCode,
     TraceContext,
     UnauthenticatedError,
@@ -950,11 +949,12 @@ async def test_an_empty_key_list_refuses_everyone() -> None:
 
 
 class BrokenStore:
-    """A memory store whose commits fail once ``broken`` is set."""
+    """A memory store whose commits fail once ``broken`` is set (``failed`` is set then)."""
 
     def __init__(self) -> None:
         self.inner = MemoryStore()
         self.broken = False
+        self.failed = anyio.Event()
 
     @property
     def transactions(self) -> int:
@@ -965,6 +965,7 @@ class BrokenStore:
 
     async def commit(self, writes: Sequence[Write]) -> None:
         if self.broken:
+            self.failed.set()
             raise OSError("disk on fire")
         await self.inner.commit(writes)
 
@@ -972,17 +973,29 @@ class BrokenStore:
         await self.inner.aclose()
 
 
-async def test_a_failing_store_is_a_server_internal_error_and_is_not_retried() -> None:
+async def test_a_failing_store_is_unavailable_to_new_calls_which_the_client_retries() -> None:
+    # The server holds the call whose commit failed and retries it; new calls are refused
+    # with UNAVAILABLE before they change anything, so the client's policy retries them.
     store = BrokenStore()
-    policy = sepp_anyio.RetryPolicy(max_attempts=5, initial_backoff=0)
+    policy = sepp_anyio.RetryPolicy(max_attempts=3, initial_backoff=0)
+    held: list[EnqueueAck] = []
     async with open_client(store=store, retry=policy) as mem:
         await mem.client.enqueue(req(idempotency_key="a"))
         store.broken = True
-        with pytest.raises(ServerInternalError) as caught:
-            await mem.client.enqueue(req(idempotency_key="b"))
-        assert mem.faults.calls["EnqueueBatch"] == 2
-        with pytest.raises(ServerInternalError) as later:
-            await mem.client.server_info()
-    assert caught.value.code is StatusCode.INTERNAL
-    assert caught.value.status_message == "storage commit failed"
-    assert later.value.status_message == "storage unavailable"
+
+        async def enqueue_held() -> None:
+            held.append(await mem.client.enqueue(req(idempotency_key="b")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(enqueue_held)
+            await store.failed.wait()
+            with pytest.raises(sepp_anyio.TransportError) as caught:
+                await mem.client.enqueue(req(idempotency_key="c"))
+            assert mem.faults.calls["EnqueueBatch"] == 1 + 1 + 3
+            assert "v1" in (await mem.client.server_info()).supported_protocol_versions
+            store.broken = False
+        assert [ack.deduplicated for ack in held] == [False]
+        assert not (await mem.client.enqueue(req(idempotency_key="c"))).deduplicated
+    assert caught.value.code is StatusCode.UNAVAILABLE
+    assert caught.value.status_message is not None
+    assert caught.value.status_message.startswith("storage unavailable: writes are failing")

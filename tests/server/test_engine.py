@@ -163,23 +163,7 @@ async def test_stats_counts_per_queue_and_declared_queues() -> None:
 
 
 # ---------------------------------------------------------------- storage failure
-
-
-async def test_storage_failure_is_internal_then_unavailable() -> None:
-    store = GatedStore()
-    async with running(store=store) as engine:
-        await enqueue(engine, job())
-        store.fail = True
-        with pytest.raises(EngineError) as info:
-            await enqueue(engine, job())
-        assert (info.value.status, info.value.message) == (
-            Status.INTERNAL,
-            "storage commit failed",
-        )
-        store.fail = False
-        with pytest.raises(EngineError) as info:
-            await reserve(engine)
-        assert (info.value.status, info.value.message) == (Status.INTERNAL, "storage unavailable")
+# (held, retried and recovered: see test_storage_failure.py)
 
 
 async def test_group_commit_with_memory_store() -> None:

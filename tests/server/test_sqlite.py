@@ -157,6 +157,81 @@ async def test_foreign_schema_version_refused(tmp_path: Path) -> None:
             pass
 
 
+# The schema of version 1 as it was written (a database of that version must still open).
+_V1_JOB_COLUMNS = """id TEXT PRIMARY KEY NOT NULL, queue TEXT NOT NULL, job_type TEXT NOT NULL,
+    state INTEGER NOT NULL, priority INTEGER NOT NULL, enqueued_at_ms INTEGER NOT NULL,
+    attempt INTEGER NOT NULL, max_attempts INTEGER NOT NULL, due_ms INTEGER NOT NULL,
+    lease_expires_at_ms INTEGER NOT NULL, scheduled_at_ms INTEGER, payload_data BLOB,
+    payload_encoding TEXT, traceparent TEXT, tracestate TEXT, custom TEXT NOT NULL"""
+_V1_SCHEMA = f"""
+CREATE TABLE jobs ({_V1_JOB_COLUMNS});
+CREATE TABLE dead_letters ({_V1_JOB_COLUMNS}, cause INTEGER NOT NULL,
+    failed_at_ms INTEGER NOT NULL, final_attempt INTEGER NOT NULL, last_reason TEXT);
+CREATE TABLE dedup (queue TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL,
+    enqueued_at_ms INTEGER NOT NULL, deadline_ms INTEGER NOT NULL, PRIMARY KEY (queue, key));
+PRAGMA user_version = 1;
+"""
+
+
+def _write_v1_database(path: Path, job_ids: list[str], dead: list[tuple[str, str]]) -> None:
+    """Ready jobs of queue q and dead letters ``(queue, id)``, all of the millisecond T0."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(_V1_SCHEMA)
+        row = "?, ?, 't', ?, 0, ?, 1, 3, 0, 0, NULL, NULL, NULL, NULL, NULL, '{}'"
+        conn.executemany(f"INSERT INTO jobs VALUES ({row})", [(i, "q", 0, T0) for i in job_ids])
+        conn.executemany(
+            f"INSERT INTO dead_letters VALUES ({row}, 2, ?, 1, 'r')",
+            [(i, queue, 2, T0, T0) for queue, i in dead],
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_version_1_database_is_migrated_keeping_its_order(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    # Ids out of sorted order on purpose: version 1 ordered ties by id, so must the migration.
+    job_ids = [f"{n:08x}-0000-4000-8000-000000000000" for n in (5, 1, 4, 2, 3)]
+    dead = [("b", job_ids[0]), ("a", job_ids[1]), ("b", job_ids[2]), ("a", job_ids[3])]
+    dead = [(q, i.replace("-0000-4", "-1111-4")) for q, i in dead]
+    _write_v1_database(path, job_ids, dead)
+    v1_dead_order = [i for _, i in sorted(dead)]
+    clock = ManualClock(T0)
+    async with running(RETAIN, SqliteStore(path), clock) as engine:
+        assert [r.job.id for r in engine.dead_letters()] == v1_dead_order
+        # New rows of the same millisecond come after every migrated one.
+        [new_job] = await enqueue(engine, job())
+        [first] = await reserve(engine)
+        assert first.id == sorted(job_ids)[0]
+        await nack(engine, first, dead_letter=True)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
+    # Reopened (now at version 2): the order holds.
+    async with running(RETAIN, SqliteStore(path), clock) as engine:
+        assert [r.job.id for r in engine.dead_letters()] == [*v1_dead_order, first.id]
+        jobs = await reserve(engine, max_jobs=10)
+        assert [j.id for j in jobs] == [*sorted(job_ids)[1:], new_job]
+
+
+async def test_failed_migration_leaves_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    _write_v1_database(path, [], [])
+    with sqlite3.connect(path) as conn:
+        # A column of that name already there: the migration's ALTER TABLE fails.
+        conn.execute("ALTER TABLE jobs ADD COLUMN enqueue_seq INTEGER")
+    conn.close()
+    with pytest.raises(sqlite3.OperationalError, match="enqueue_seq"):
+        async with Engine(store=SqliteStore(path)):
+            pass
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(dead_letters)")]
+        assert "failure_seq" not in columns
+    conn.close()
+
+
 def test_synchronous_level_checked() -> None:
     with pytest.raises(ValueError, match="synchronous"):
         SqliteStore("x", synchronous="SOMETIMES")  # type: ignore[arg-type]

@@ -7,13 +7,16 @@ windows expire exactly when the model says.
 
 Invariants: no job is lost or duplicated (every job is live with the model's state, or acked,
 or dead-lettered), attempts only grow, and every reserve returns exactly the jobs the model
-predicts, in priority / FIFO / job-id order.
+predicts, in priority / FIFO / enqueue order, and every drain the dead letters in order of
+failure.  The model numbers insertions and failures itself; the engine's ids are made
+sequential too (for replays), but only the model's numbers decide an order.
 """
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -63,6 +66,8 @@ class ModelJob:
     queue: str
     priority: int
     enqueued_at: int
+    #: Order of insertion (the engine's enqueue sequence).
+    seq: int
     max_attempts: int
     attempt: int = 1
     #: ready | scheduled | inflight | acked | dead | drained
@@ -71,13 +76,16 @@ class ModelJob:
     lease: int = 0
     cause: str = ""
     failed_at: int = 0
+    #: Order of failure (the engine's dead-letter sequence).
+    failure_seq: int = 0
 
     @property
-    def ready_key(self) -> tuple[int, int, str]:
-        return (9 - self.priority, self.enqueued_at, self.id)
+    def ready_key(self) -> tuple[int, int, int]:
+        return (9 - self.priority, self.enqueued_at, self.seq)
 
-    def dead(self, cause: str, now: int) -> None:
+    def dead(self, cause: str, now: int, failure_seq: int) -> None:
         self.state, self.cause, self.failed_at = "dead", cause, now
+        self.failure_seq = failure_seq
 
 
 JOB_SPEC = st.tuples(
@@ -98,9 +106,10 @@ class EngineMachine(RuleBasedStateMachine):
         self.portal: BlockingPortal = self._portal_cm.__enter__()
         self.clock = ManualClock(T0)
         self.engine = Engine(CONFIG, clock=self.clock)
-        # Reproducible ids, so that a replayed example behaves the same (ids break ties).
-        ids = itertools.count(1)
-        self.engine._new_job_id = lambda: str(uuid.UUID(int=next(ids), version=4))
+        # Reproducible ids, so that a replayed example behaves the same; random-looking (not
+        # in enqueue order) as real v4 ids are, so an order decided by id would show.
+        ids = random.Random(13)
+        self.engine._new_job_id = lambda: str(uuid.UUID(int=ids.getrandbits(128), version=4))
         self._engine_cm = self.portal.wrap_async_context_manager(self.engine)
         self._engine_cm.__enter__()
         self.jobs: dict[str, ModelJob] = {}
@@ -108,6 +117,8 @@ class EngineMachine(RuleBasedStateMachine):
         #: Every lease ever handed out, as (job_id, attempt); old ones test late calls.
         self.leases: list[tuple[str, int]] = []
         self.seen_attempts: dict[str, int] = {}
+        self.insertions = itertools.count(1)
+        self.failures = itertools.count(1)
 
     def teardown(self) -> None:
         self._engine_cm.__exit__(None, None, None)
@@ -167,6 +178,7 @@ class EngineMachine(RuleBasedStateMachine):
                 queue=queue,
                 priority=0 if priority is None else priority,
                 enqueued_at=now,
+                seq=next(self.insertions),
                 max_attempts=2 if attempts is None else attempts,
             )
             if offset is not None and offset > 0:
@@ -235,9 +247,9 @@ class EngineMachine(RuleBasedStateMachine):
             return
         response = self.call(self.engine.nack, request)
         if strategy == "dead":
-            outcome.dead("REJECTED", self.now)
+            outcome.dead("REJECTED", self.now, next(self.failures))
         elif outcome.attempt >= outcome.max_attempts:
-            outcome.dead("ATTEMPTS_EXHAUSTED", self.now)
+            outcome.dead("ATTEMPTS_EXHAUSTED", self.now, next(self.failures))
         else:
             outcome.attempt += 1
             delay = int(strategy) if strategy.isdigit() else 0
@@ -266,13 +278,14 @@ class EngineMachine(RuleBasedStateMachine):
         self.portal.call(self.clock.advance, ms / 1000)
         assert self.now == target
         # Within one step a job makes at most one timed transition (it needs an RPC to be
-        # leased again), so the order of handling between jobs does not matter.
-        for job in self.jobs.values():
+        # leased again).  Leases expire in deadline order, ties in enqueue order, which is
+        # the order their dead letters take.
+        for job in sorted(self.jobs.values(), key=lambda j: (j.lease, j.seq)):
             if job.state == "scheduled" and job.due <= target:
                 job.state = "ready"
             elif job.state == "inflight" and job.lease <= target:
                 if job.attempt >= job.max_attempts:
-                    job.dead("LEASE_EXPIRED", job.lease)
+                    job.dead("LEASE_EXPIRED", job.lease, next(self.failures))
                 else:
                     job.attempt += 1
                     job.state = "ready"
@@ -281,7 +294,7 @@ class EngineMachine(RuleBasedStateMachine):
     def drain(self, queue: str | None, max_records: int) -> None:
         expected = sorted(
             (j for j in self.jobs.values() if j.state == "dead" and queue in (None, j.queue)),
-            key=lambda j: (j.failed_at, j.queue, j.id),
+            key=lambda j: (j.failed_at, j.failure_seq),
         )[:max_records]
         request = pb.DrainDeadLettersRequest(queue=queue, max=max_records)
         records = self.call(self.engine.drain_dead_letters, request).records

@@ -20,6 +20,13 @@ reserves are woken by the committer only after the commit that made a job ready.
 Invariant: every reply, including NOT_FOUND and other answers that only *read* the state,
 is sent after the state it describes is durable (reads submit an empty barrier ticket).
 
+Storage failure: a failed commit is retried until it succeeds (``_committer.py`` states the
+rule); meanwhile :attr:`Engine.storage_failed` is true, health answers NOT_SERVING, and every
+RPC that would touch the queue state is refused with UNAVAILABLE "storage unavailable: ..."
+*before* it touches it (so refusing changes nothing and the call may be retried).
+GetServerInfo, which reads only the configuration, still answers.  The timer pauses until
+the store has recovered.
+
 All times are integer milliseconds from the injected :class:`~sepp_anyio.server.Clock`.
 Methods must be called from the event loop the engine runs in.
 """
@@ -233,18 +240,31 @@ class Engine(anyio.AsyncContextManagerMixin):
         """The live job (ready, scheduled or inflight) with this id, or None."""
         return self._state.job(job_id.lower())
 
+    @property
+    def storage_failed(self) -> bool:
+        """True while the store is failing to commit (health then answers NOT_SERVING).
+
+        Set by a failed commit, cleared when a retry of it succeeds; see the module docstring.
+        """
+        return self._committer is not None and self._committer.failed
+
     def dead_letters(self, queue: str | None = None) -> list[DeadLetter]:
         """The retained dead letters, oldest first, without draining them."""
         return self._state.dead_letters(queue)
 
     # ------------------------------------------------------------------ plumbing
 
-    def _begin(self) -> Committer:
+    def _begin(self, *, touches_state: bool = True) -> Committer:
+        """The committer, once the engine is known to be able to take this call.
+
+        Call it before touching the state (see the module docstring on storage failure).
+        """
         if not self._running or self._committer is None:
             if self._closed:
                 raise EngineError(Status.UNAVAILABLE, "server is shut down")
             raise RuntimeError("the Engine is not running; use `async with Engine(...)`")
-        self._committer.check()
+        if touches_state:
+            self._committer.check()
         return self._committer
 
     def _submit(self, ch: Changes) -> Ticket:
@@ -286,7 +306,10 @@ class Engine(anyio.AsyncContextManagerMixin):
         assert committer is not None
         with lifetime:
             task_status.started()
-            while not committer.failed:
+            while True:
+                # A sweep while the store fails would only pile up writes behind the held
+                # group; deadlines that pass meanwhile are handled once it has recovered.
+                await committer.wait_recovered()
                 now = self._clock.now_ms()
                 ch = Changes()
                 more = self._state.sweep(now, limit, ch)
@@ -334,6 +357,7 @@ class Engine(anyio.AsyncContextManagerMixin):
             state=JobState.SCHEDULED if later else JobState.READY,
             priority=limits.default_priority if job.priority is None else job.priority,
             enqueued_at_ms=now,
+            seq=self._state.take_seq(),
             attempt=1,
             max_attempts=max_attempts,
             due_ms=scheduled_at if later and scheduled_at is not None else 0,
@@ -389,8 +413,10 @@ class Engine(anyio.AsyncContextManagerMixin):
         ``deduplicated=true`` (also for a key repeated inside the batch), a full queue gives
         ``QueueFull``, otherwise the job is inserted.
 
-        :raises EngineError: INVALID_ARGUMENT for an empty or oversized batch; INTERNAL if the
-            store fails (the jobs may or may not be committed); UNAVAILABLE after close.
+        :raises EngineError: INVALID_ARGUMENT for an empty or oversized batch; UNAVAILABLE
+            "storage unavailable: ..." while the store is failing (nothing was enqueued) and
+            after close; INTERNAL "storage commit failed" if the engine stopped while the
+            store still failed to commit the jobs (they may or may not be committed).
         """
         self._begin()
         jobs = self._check_batch(request)
@@ -485,9 +511,10 @@ class Engine(anyio.AsyncContextManagerMixin):
         Cancellation while parked: nothing happens.  While committing: the jobs stay leased
         to nobody and are redelivered when the lease expires.
         :raises EngineError: INVALID_ARGUMENT (validation, too many queues, a queue name too
-            long); FAILED_PRECONDITION for undeclared queues in strict mode; INTERNAL.
+            long); FAILED_PRECONDITION for undeclared queues in strict mode; UNAVAILABLE and
+            INTERNAL as :meth:`enqueue_batch`.
         """
-        self._begin()
+        committer = self._begin()
         _invalid(reserve_problem(request))
         config = self._config
         queues: list[str] = list(request.queues)
@@ -528,6 +555,8 @@ class Engine(anyio.AsyncContextManagerMixin):
                 waiter.woken = False
                 if self._shutdown:
                     return pb.ReserveResponse(jobs=[])
+                # Woken after a wait: the store may have failed meanwhile.
+                committer.check()
                 now = self._clock.now_ms()
                 ch = Changes()
                 jobs = self._state.reserve(queues, lease_ms, max_jobs, now, ch)
@@ -569,7 +598,8 @@ class Engine(anyio.AsyncContextManagerMixin):
         """Ack: delete the inflight job (its idempotency row stays until its deadline).
 
         :raises EngineError: INVALID_ARGUMENT; NOT_FOUND "job not found" if the job is not
-            inflight; FAILED_PRECONDITION "attempt mismatch"; INTERNAL.
+            inflight; FAILED_PRECONDITION "attempt mismatch"; UNAVAILABLE and INTERNAL as
+            :meth:`enqueue_batch`.
         """
         self._begin()
         _invalid(ack_problem(request))
@@ -646,7 +676,8 @@ class Engine(anyio.AsyncContextManagerMixin):
         records are examined, so a filtered drain may come back short.  Destructive.  With
         retention disabled there are no records and the reply is always empty.
 
-        :raises EngineError: INVALID_ARGUMENT (empty queue, max 0); INTERNAL.
+        :raises EngineError: INVALID_ARGUMENT (empty queue, max 0); UNAVAILABLE and INTERNAL
+            as :meth:`enqueue_batch`.
         """
         self._begin()
         _invalid(drain_problem(request))
@@ -667,9 +698,11 @@ class Engine(anyio.AsyncContextManagerMixin):
     ) -> pb.GetServerInfoResponse:
         """GetServerInfo: global limits (per-queue overrides are not advertised).
 
+        Answers while the store is failing too: it reads only the configuration.
+
         :raises EngineError: UNAVAILABLE after close.
         """
-        self._begin()
+        self._begin(touches_state=False)
         await anyio.lowlevel.checkpoint()
         config = self._config
         limits = config.limits

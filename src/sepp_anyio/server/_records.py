@@ -45,6 +45,9 @@ class StoredJob:
     priority: int
     #: Commit time of the enqueue; the FIFO sort key, kept across requeues.
     enqueued_at_ms: int
+    #: The engine-wide enqueue sequence number (see :meth:`ready_key`): larger for every
+    #: later insertion, persisted, kept across requeues.
+    seq: int
     #: Ready/scheduled: the attempt number of the next delivery.  Inflight: the current one.
     attempt: int
     max_attempts: int
@@ -65,9 +68,15 @@ class StoredJob:
     custom: tuple[tuple[str, CustomValue], ...] = ()
 
     @property
-    def ready_key(self) -> tuple[int, int, str]:
-        """Order within a queue: priority 9 first, then FIFO by enqueued_at, then by id."""
-        return (9 - self.priority, self.enqueued_at_ms, self.id)
+    def ready_key(self) -> tuple[int, int, int, str]:
+        """Order within a queue: priority 9 first, then FIFO by enqueued_at, then by enqueue
+        sequence.
+
+        The sequence breaks ties between jobs enqueued in the same millisecond (a batch, or
+        RPCs close together) by their order of insertion; the random v4 id would give a
+        random order.  The id is last only to name the job: sequences are unique.
+        """
+        return (9 - self.priority, self.enqueued_at_ms, self.seq, self.id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,12 +88,19 @@ class DeadLetter:
     cause: DeadLetterCause
     failed_at_ms: int
     final_attempt: int
+    #: The engine-wide sequence number taken when the job failed (the same counter as
+    #: :attr:`StoredJob.seq`): orders dead letters that failed in the same millisecond.
+    seq: int
     last_reason: str | None = None
 
     @property
-    def order_key(self) -> tuple[int, str, str]:
-        """Drain and retention order: oldest ``failed_at`` first."""
-        return (self.failed_at_ms, self.job.queue, self.job.id)
+    def order_key(self) -> tuple[int, int, str, str]:
+        """Drain and retention order: oldest ``failed_at`` first, then in order of failure.
+
+        The queue and id follow only to filter by queue and name the record: sequences are
+        unique, so they never decide the order.
+        """
+        return (self.failed_at_ms, self.seq, self.job.queue, self.job.id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,10 +9,10 @@ Both classes are grpclib *servables* (they implement ``__mapping__``), built ove
   and message.  It counts the calls in progress, so the network server can drain them on
   shutdown.
 * :class:`HealthService` answers ``grpc.health.v1.Health/Check``: SERVING for ``""`` and
-  ``sepp.v1.QueueService``, NOT_SERVING once the engine is shutting down, NOT_FOUND for any
-  other service name.  Health is never authenticated (the real server wraps only
-  QueueService in its API-key interceptor).  ``Watch`` is not offered: clients get
-  UNIMPLEMENTED.
+  ``sepp.v1.QueueService``, NOT_SERVING once the engine is shutting down or while its store
+  is failing (``Engine.storage_failed``), NOT_FOUND for any other service name.  Health is
+  never authenticated (the real server wraps only QueueService in its API-key interceptor).
+  ``Watch`` is not offered: clients get UNIMPLEMENTED.
 
 The health messages are encoded by hand (two one-field messages), because grpclib's own
 health service needs the ``protobuf`` package, which is not a dependency of sepp-anyio.
@@ -382,7 +382,7 @@ class HealthService:
     """``grpc.health.v1.Health/Check`` for the queue service, as a grpclib servable.
 
     Args:
-        engine: the engine whose shutdown turns the status to NOT_SERVING.
+        engine: the engine whose shutdown, or failing store, turns the status to NOT_SERVING.
     """
 
     SERVICES: Final = frozenset({"", QUEUE_SERVICE})
@@ -409,6 +409,9 @@ class HealthService:
                 status=Status.NOT_FOUND, status_message=f"unknown service {service!r}"
             )
             return
-        status = _NOT_SERVING if self._engine.shutting_down else _SERVING
+        # NOT_SERVING while the store fails, so that an orchestrator can take the server out
+        # of rotation (or restart it); SERVING again once it has recovered by itself.
+        failing = self._engine.shutting_down or self._engine.storage_failed
+        status = _NOT_SERVING if failing else _SERVING
         await stream.send_message(HealthCheckResponse(status))
         await stream.send_trailing_metadata()

@@ -6,8 +6,19 @@ With ``synchronous="FULL"`` a commit returns only after the WAL has been fsynced
 what makes an acknowledged write survive ``kill -9`` and power loss; ``"NORMAL"`` survives
 ``kill -9`` but may lose the last transactions on power loss (the ``buffer`` persist mode).
 
-The schema version is kept in ``PRAGMA user_version``; a database with another version is
-refused rather than misread.
+A commit that raises (``database or disk is full``, an I/O error) has been rolled back, by
+SQLite itself or by an explicit ``ROLLBACK``, and the connection stays usable: the engine
+retries the same writes until they commit (``_committer.py``).
+
+The schema version is kept in ``PRAGMA user_version``.  A database of an older version is
+migrated when it is opened (in one transaction, so a failed migration leaves it as it was);
+one of a newer or unknown version is refused rather than misread.
+
+Versions: 1, the first; 2 adds the sequence numbers that break ties between rows of one
+millisecond (``jobs.enqueue_seq``, ``dead_letters.enqueue_seq`` and
+``dead_letters.failure_seq``; see ``_state.py``).  Migrating 1 to 2 numbers the existing
+rows in the order version 1 gave them (jobs by ``enqueued_at_ms`` then id, dead letters by
+``failed_at_ms``, queue, id), so nothing already stored changes place.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, final
 
 import anyio
@@ -38,7 +49,7 @@ from ._records import (
     Write,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 # The job columns, shared by the jobs table and the dead-letter snapshots.
@@ -59,6 +70,7 @@ _JOB_COLUMNS = (
     "traceparent",
     "tracestate",
     "custom",
+    "enqueue_seq",
 )
 _JOB_COLUMN_TYPES = """
     id TEXT PRIMARY KEY NOT NULL,
@@ -76,7 +88,8 @@ _JOB_COLUMN_TYPES = """
     payload_encoding TEXT,
     traceparent TEXT,
     tracestate TEXT,
-    custom TEXT NOT NULL
+    custom TEXT NOT NULL,
+    enqueue_seq INTEGER NOT NULL
 """
 _SCHEMA = f"""
 CREATE TABLE jobs ({_JOB_COLUMN_TYPES});
@@ -84,7 +97,8 @@ CREATE TABLE dead_letters ({_JOB_COLUMN_TYPES},
     cause INTEGER NOT NULL,
     failed_at_ms INTEGER NOT NULL,
     final_attempt INTEGER NOT NULL,
-    last_reason TEXT
+    last_reason TEXT,
+    failure_seq INTEGER NOT NULL
 );
 CREATE TABLE dedup (
     queue TEXT NOT NULL,
@@ -103,7 +117,21 @@ _INSERT_JOB = (
 _UPDATE_JOB = (
     "UPDATE jobs SET state = ?, attempt = ?, due_ms = ?, lease_expires_at_ms = ? WHERE id = ?"
 )
-_DL_COLUMNS = (*_JOB_COLUMNS, "cause", "failed_at_ms", "final_attempt", "last_reason")
+_DL_COLUMNS = (
+    *_JOB_COLUMNS,
+    "cause",
+    "failed_at_ms",
+    "final_attempt",
+    "last_reason",
+    "failure_seq",
+)
+# Version 1 to 2, after which the rows are numbered (``_migrate_1_to_2``).  SQLite wants a
+# default for a NOT NULL column added to a table with rows; every row gets a number at once.
+_MIGRATE_1_TO_2 = """
+ALTER TABLE jobs ADD COLUMN enqueue_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letters ADD COLUMN enqueue_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letters ADD COLUMN failure_seq INTEGER NOT NULL DEFAULT 0;
+"""
 _INSERT_DEAD_LETTER = (
     f"INSERT OR REPLACE INTO dead_letters ({', '.join(_DL_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_DL_COLUMNS))})"
@@ -130,6 +158,7 @@ def _job_row(job: StoredJob) -> tuple[Any, ...]:
         # JSON keeps the four value types apart (true/1/1.0/"1"); NaN and infinities use
         # Python's JSON extensions, which json.loads reads back.
         json.dumps(dict(job.custom)),
+        job.seq,
     )
 
 
@@ -142,6 +171,7 @@ def _job_from_row(row: Sequence[Any]) -> StoredJob:
         state=JobState(row[3]),
         priority=row[4],
         enqueued_at_ms=row[5],
+        seq=row[16],
         attempt=row[6],
         max_attempts=row[7],
         due_ms=row[8],
@@ -184,6 +214,7 @@ def _statement(write: Write) -> tuple[str, tuple[Any, ...]]:
                 r.failed_at_ms,
                 r.final_attempt,
                 r.last_reason,
+                r.seq,
             )
         case DeleteDeadLetter(job_id=job_id):
             return _DELETE_DEAD_LETTER, (job_id,)
@@ -213,6 +244,10 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         self._transactions = 0
+        #: Test seam, not API: called in the commit's worker thread right after ``BEGIN``, so
+        #: that a test can make SQLite itself fail the writes on a real database (for
+        #: example ``PRAGMA max_page_count`` at the current size: "database or disk is full").
+        self._in_transaction_hook: Callable[[sqlite3.Connection], object] | None = None
 
     @property
     def transactions(self) -> int:
@@ -239,6 +274,8 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+            elif version == 1:
+                self._migrate_1_to_2(conn)
             elif version != SCHEMA_VERSION:
                 raise RuntimeError(
                     f"{self.path}: database format version {version} is not supported "
@@ -252,16 +289,44 @@ class SqliteStore:
         return contents
 
     @staticmethod
+    def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _MIGRATE_1_TO_2.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            # One counter for both tables, as in the engine; the order is version 1's.
+            jobs = conn.execute("SELECT id FROM jobs ORDER BY enqueued_at_ms, id").fetchall()
+            conn.executemany(
+                "UPDATE jobs SET enqueue_seq = ? WHERE id = ?",
+                [(seq, job_id) for seq, (job_id,) in enumerate(jobs, start=1)],
+            )
+            dead = conn.execute(
+                "SELECT id FROM dead_letters ORDER BY failed_at_ms, queue, id"
+            ).fetchall()
+            conn.executemany(
+                "UPDATE dead_letters SET failure_seq = ? WHERE id = ?",
+                [(seq, job_id) for seq, (job_id,) in enumerate(dead, start=len(jobs) + 1)],
+            )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
     def _load(conn: sqlite3.Connection) -> StoreContents:
         columns = ", ".join(_JOB_COLUMNS)
         jobs = [_job_from_row(row) for row in conn.execute(f"SELECT {columns} FROM jobs")]
         dead_letters = [
             DeadLetter(
                 job=_job_from_row(row),
-                cause=DeadLetterCause(row[16]),
-                failed_at_ms=row[17],
-                final_attempt=row[18],
-                last_reason=row[19],
+                cause=DeadLetterCause(row[17]),
+                failed_at_ms=row[18],
+                final_attempt=row[19],
+                last_reason=row[20],
+                seq=row[21],
             )
             for row in conn.execute(f"SELECT {', '.join(_DL_COLUMNS)} FROM dead_letters")
         ]
@@ -281,10 +346,11 @@ class SqliteStore:
         await anyio.to_thread.run_sync(self._commit_sync, self._conn, writes, limiter=self._limiter)
         self._transactions += 1
 
-    @staticmethod
-    def _commit_sync(conn: sqlite3.Connection, writes: Sequence[Write]) -> None:
+    def _commit_sync(self, conn: sqlite3.Connection, writes: Sequence[Write]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if self._in_transaction_hook is not None:
+                self._in_transaction_hook(conn)
             # Consecutive writes of one kind (a batch of enqueues, a stream of acks) go to
             # SQLite as one executemany: the order of writes is kept, the per-statement
             # Python overhead is not paid per row.

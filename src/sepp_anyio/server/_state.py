@@ -12,14 +12,28 @@ updates the indexes at once and records what happened in a :class:`Changes`:
 
 Indexes (``heapq``; lazy deletion where entries can go stale):
 
-* per queue, a ready heap keyed ``(9 - priority, enqueued_at_ms, job_id)``.  A job enters it
-  only from another state and leaves it only by being popped, so it holds no stale entries;
-* one scheduled heap ``(due_ms, job_id)``, same property;
-* one lease heap ``(lease_expires_at_ms, job_id)``: ack/nack/extend leave stale entries,
-  recognised on pop because the job is gone or has another deadline;
+* per queue, a ready heap keyed ``(9 - priority, enqueued_at_ms, seq, job_id)``.  A job
+  enters it only from another state and leaves it only by being popped, so it holds no stale
+  entries;
+* one scheduled heap ``(due_ms, seq, job_id)``, same property;
+* one lease heap ``(lease_expires_at_ms, seq, job_id)``: ack/nack/extend leave stale
+  entries, recognised on pop because the job is gone or has another deadline;
 * one dedup heap ``(deadline_ms, queue, key)``, stale once a row is replaced;
-* dead letters: a sorted list of ``(failed_at_ms, queue, job_id)`` (drain removes from the
-  middle, so a heap would not do).
+* dead letters: a sorted list of ``(failed_at_ms, seq, queue, job_id)`` (drain removes from
+  the middle, so a heap would not do).
+
+Sequence numbers
+----------------
+Times are whole milliseconds, so many jobs share one (a batch always does) and many dead
+letters do (a sweep expiring a batch's leases, a burst of nacks).  Where an order is promised
+(FIFO within a priority, §3.3; dead letters oldest first, §3.9) the tie-break is therefore a
+sequence number, never the random job id: every insertion takes one (``StoredJob.seq``, kept
+across requeues) and so does every dead-lettering (``DeadLetter.seq``).  Both come from one
+counter, persisted in the rows themselves; :meth:`QueueState.load` resumes it above the
+largest number found, so it grows over every row that exists, across restarts.  (A number
+freed by a deleted row may be taken again after a restart; nothing compares against a row
+that is gone.)  The lease and scheduled heaps use it too, so timers that fire in the same
+millisecond are handled in a reproducible order (a batch's leases expire in reserve order).
 
 Invariant: ``QueueCounts`` match the number of jobs per queue and state.
 """
@@ -64,7 +78,7 @@ class Changes:
 
 @dataclass(slots=True)
 class _Queue:
-    ready: list[tuple[int, int, str]] = field(default_factory=list)
+    ready: list[tuple[int, int, int, str]] = field(default_factory=list)
     scheduled: int = 0
     inflight: int = 0
     dead_letters: int = 0
@@ -91,17 +105,27 @@ class QueueState:
         self.retention_ms = dead_letter_retention_ms
         self._jobs: dict[str, StoredJob] = {}
         self._queues: dict[str, _Queue] = {}
-        self._scheduled: list[tuple[int, str]] = []
-        self._leases: list[tuple[int, str]] = []
+        self._scheduled: list[tuple[int, int, str]] = []
+        self._leases: list[tuple[int, int, str]] = []
         self._dedup: dict[tuple[str, str], DedupEntry] = {}
         self._dedup_timers: list[tuple[int, str, str]] = []
         self._dead: dict[str, DeadLetter] = {}
-        self._dead_order: list[tuple[int, str, str]] = []
+        self._dead_order: list[tuple[int, int, str, str]] = []
+        #: The next sequence number (see the module docstring).
+        self._next_seq = 1
 
     # ------------------------------------------------------------------ loading, queries
 
     def load(self, contents: StoreContents) -> None:
         """Rebuild every index from a store's contents (engine start)."""
+        self._next_seq = 1 + max(
+            (
+                *(job.seq for job in contents.jobs),
+                *(record.seq for record in contents.dead_letters),
+                *(record.job.seq for record in contents.dead_letters),
+            ),
+            default=0,
+        )
         for job in contents.jobs:
             self._place(job)
         for entry in contents.dedup:
@@ -109,6 +133,12 @@ class QueueState:
             heapq.heappush(self._dedup_timers, (entry.deadline_ms, entry.queue, entry.key))
         for record in contents.dead_letters:
             self._add_dead_letter(record)
+
+    def take_seq(self) -> int:
+        """A new sequence number, larger than every one in use (see the module docstring)."""
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
 
     def _queue(self, name: str) -> _Queue:
         queue = self._queues.get(name)
@@ -153,7 +183,9 @@ class QueueState:
     def dead_letters(self, queue: str | None = None) -> list[DeadLetter]:
         """Dead letters oldest first, without removing them."""
         return [
-            self._dead[job_id] for _, q, job_id in self._dead_order if queue is None or q == queue
+            self._dead[job_id]
+            for _, _, q, job_id in self._dead_order
+            if queue is None or q == queue
         ]
 
     def next_deadline(self) -> int | None:
@@ -175,10 +207,10 @@ class QueueState:
             heapq.heappush(queue.ready, job.ready_key)
         elif job.state is JobState.SCHEDULED:
             queue.scheduled += 1
-            heapq.heappush(self._scheduled, (job.due_ms, job.id))
+            heapq.heappush(self._scheduled, (job.due_ms, job.seq, job.id))
         else:
             queue.inflight += 1
-            heapq.heappush(self._leases, (job.lease_expires_at_ms, job.id))
+            heapq.heappush(self._leases, (job.lease_expires_at_ms, job.seq, job.id))
 
     def _move(self, job: StoredJob, new: StoredJob, ch: Changes) -> StoredJob:
         """Replace live *job* by *new*, a changed copy of it (its new state is indexed)."""
@@ -231,7 +263,7 @@ class QueueState:
                 queue.inflight += 1
                 leased = replace(job, state=JobState.INFLIGHT, lease_expires_at_ms=now + lease_ms)
                 self._jobs[job_id] = leased
-                heapq.heappush(self._leases, (leased.lease_expires_at_ms, job_id))
+                heapq.heappush(self._leases, (leased.lease_expires_at_ms, leased.seq, job_id))
                 ch.writes.append(PutJob(leased))
                 ch.deadline(leased.lease_expires_at_ms)
                 reserved.append(leased)
@@ -273,7 +305,12 @@ class QueueState:
         if self.retention_ms <= 0:
             return
         record = DeadLetter(
-            job=job, cause=cause, failed_at_ms=now, final_attempt=job.attempt, last_reason=reason
+            job=job,
+            cause=cause,
+            failed_at_ms=now,
+            final_attempt=job.attempt,
+            seq=self.take_seq(),
+            last_reason=reason,
         )
         self._add_dead_letter(record)
         ch.writes.append(PutDeadLetter(record))
@@ -284,10 +321,10 @@ class QueueState:
         bisect.insort(self._dead_order, record.order_key)
         self._queue(record.job.queue).dead_letters += 1
 
-    def _delete_dead_letter(self, key: tuple[int, str, str], ch: Changes) -> DeadLetter:
+    def _delete_dead_letter(self, key: tuple[int, int, str, str], ch: Changes) -> DeadLetter:
         index = bisect.bisect_left(self._dead_order, key)
         del self._dead_order[index]
-        record = self._dead.pop(key[2])
+        record = self._dead.pop(key[3])
         self._queue(record.job.queue).dead_letters -= 1
         ch.writes.append(DeleteDeadLetter(record.job.id))
         return record
@@ -301,7 +338,7 @@ class QueueState:
         while matching records remain further on (as in the real server).
         """
         chosen = [
-            key for key in self._dead_order[:examine_limit] if queue is None or key[1] == queue
+            key for key in self._dead_order[:examine_limit] if queue is None or key[2] == queue
         ][:max_records]
         return [self._delete_dead_letter(key, ch) for key in chosen]
 
@@ -316,7 +353,7 @@ class QueueState:
         more = False
         done = 0
         while self._scheduled and self._scheduled[0][0] <= now and done < limit:
-            due, job_id = heapq.heappop(self._scheduled)
+            due, _, job_id = heapq.heappop(self._scheduled)
             job = self._jobs.get(job_id)
             if job is None or job.state is not JobState.SCHEDULED or job.due_ms != due:
                 continue
@@ -327,7 +364,7 @@ class QueueState:
 
         done = 0
         while self._leases and self._leases[0][0] <= now and done < limit:
-            expires, job_id = heapq.heappop(self._leases)
+            expires, _, job_id = heapq.heappop(self._leases)
             job = self._jobs.get(job_id)
             if job is None or job.state is not JobState.INFLIGHT:
                 continue

@@ -38,6 +38,10 @@ class Store(Protocol):
 
         Cancellation: the transaction either completes or is rolled back; the caller cannot
         tell which, so the engine never cancels a commit outside of teardown.
+
+        After a failure the store must stay usable: the engine calls ``commit`` again with the
+        same writes until it succeeds (``_committer.py``), which is correct even if the failed
+        call did reach the disk, because every write sets or deletes a whole row's values.
         :raises Exception: on a storage failure (the transaction is rolled back).
         """
         ...
