@@ -33,6 +33,8 @@ from ._errors import (
     ConnectError,
     EmptyBatchError,
     InvalidApiKeyError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     JobRejectedError,
 )
 from ._grpc import Channel
@@ -96,7 +98,7 @@ def _checked_batch(requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
         raise EmptyBatchError()
     for index, request in enumerate(batch):
         if not isinstance(request, EnqueueRequest):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
             )
     return batch
@@ -115,7 +117,7 @@ def _with_trace(request: EnqueueRequest, trace_context: TraceContext) -> Enqueue
 
 def _check_api_key(api_key: str) -> str:
     if not isinstance(api_key, str):
-        raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
+        raise InvalidArgumentTypeError(f"api_key must be a str, got {type(api_key).__name__}")
     if not api_key:
         raise InvalidApiKeyError("it is empty")
     if "\r" in api_key or "\n" in api_key:
@@ -129,9 +131,11 @@ def _check_api_key(api_key: str) -> str:
 
 def _check_positive(value: float, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(
+            f"{name} must be a number of seconds, got {type(value).__name__}"
+        )
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds > 0, got {value!r}")
     return float(value)
 
 
@@ -158,9 +162,10 @@ class Client:
     tasks (calls are multiplexed over one HTTP/2 connection). Leaving the
     block closes the connection; calls still running are cancelled with it.
 
-    Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses for
-    failures (see ``sepp_anyio._errors`` for the tree) and ``ValueError`` /
-    ``TypeError`` for bad arguments, before any I/O. Cancellation is never
+    Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses (see
+    ``sepp_anyio._errors`` for the tree): for failures, and for bad arguments
+    :class:`~sepp_anyio.InvalidArgumentError` / :class:`~sepp_anyio.InvalidArgumentTypeError`
+    (also ``ValueError`` / ``TypeError``) before any I/O. Cancellation is never
     caught or converted: a cancelled call is abandoned (its HTTP/2 stream
     reset) and, for writes, may or may not have taken effect on the server.
     """
@@ -367,32 +372,40 @@ class Client:
         had already answered; that job is redelivered when its lease expires.
 
         Raises:
-            ValueError: empty ``queues`` or queue name, ``lease`` <= 0,
+            InvalidArgumentError: empty ``queues`` or queue name, ``lease`` <= 0,
                 ``wait`` < 0, ``max_jobs`` < 1, or an empty ``worker_id``.
             UnknownQueuesError: strict mode and an undeclared queue.
             ClientError: the call failed.
         """
         if isinstance(queues, str):
-            raise TypeError("queues must be a sequence of queue names, not a single str")
+            raise InvalidArgumentTypeError(
+                "queues must be a sequence of queue names, not a single str"
+            )
         names = list(queues)
         if not names:
-            raise ValueError("queues must name at least one queue")
+            raise InvalidArgumentError("queues must name at least one queue")
         for index, name in enumerate(names):
             if not isinstance(name, str) or not name:
-                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
+                raise InvalidArgumentError(f"queues[{index}] must be a non-empty str, got {name!r}")
         lease = _check_positive(lease, "lease")
         if isinstance(wait, bool) or not isinstance(wait, int | float):
-            raise TypeError(f"wait must be a number of seconds, got {type(wait).__name__}")
+            raise InvalidArgumentTypeError(
+                f"wait must be a number of seconds, got {type(wait).__name__}"
+            )
         if not (wait >= 0 and math.isfinite(wait)):
-            raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
+            raise InvalidArgumentError(
+                f"wait must be a finite number of seconds >= 0, got {wait!r}"
+            )
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)):
-            raise TypeError(f"max_jobs must be an int or None, got {type(max_jobs).__name__}")
+            raise InvalidArgumentTypeError(
+                f"max_jobs must be an int or None, got {type(max_jobs).__name__}"
+            )
         if max_jobs is not None and max_jobs < 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
             )
         if worker_id is not None and not worker_id:
-            raise ValueError("worker_id must not be empty (use None for no worker id)")
+            raise InvalidArgumentError("worker_id must not be empty (use None for no worker id)")
         message = _convert.reserve_request_to_pb(
             names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
         )
@@ -454,7 +467,7 @@ class Client:
         """
         directive = retry if retry is not None else RetryDirective.default()
         if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
         with _otel.client_span("sepp.nack", lambda: self._settle_attributes(ctx, "nack")) as span:
             reply = await self._unary(
                 "nack",
@@ -475,7 +488,7 @@ class Client:
         does not see it; prefer ``ctx.extend(seconds)``.
 
         Raises:
-            ValueError: ``seconds`` is not > 0.
+            InvalidArgumentError: ``seconds`` is not > 0.
             JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
             MalformedResponseError: the reply has no expiry.
             ClientError: the call failed.
@@ -505,15 +518,15 @@ class Client:
         are logged and skipped.
 
         Raises:
-            ValueError: ``max`` < 0 or an empty ``queue``.
+            InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
             ClientError: the call failed.
         """
         if isinstance(max, bool) or not isinstance(max, int):
-            raise TypeError(f"max must be an int, got {type(max).__name__}")
+            raise InvalidArgumentTypeError(f"max must be an int, got {type(max).__name__}")
         if max < 0:
-            raise ValueError(f"max must be >= 0, got {max}")
+            raise InvalidArgumentError(f"max must be >= 0, got {max}")
         if queue is not None and not queue:
-            raise ValueError("queue must not be empty (use None for every queue)")
+            raise InvalidArgumentError("queue must not be empty (use None for every queue)")
         if max == 0:
             return []
         attributes = {
@@ -565,9 +578,9 @@ def _tls_context(
     wanted = scheme_tls or bool(tls) or ca_cert is not None or server_name is not None
     if tls is False:
         if scheme_tls:
-            raise ValueError("tls=False contradicts an https:// target")
+            raise InvalidArgumentError("tls=False contradicts an https:// target")
         if ca_cert is not None or server_name is not None:
-            raise ValueError("tls_ca_cert and tls_server_name need TLS, but tls=False")
+            raise InvalidArgumentError("tls_ca_cert and tls_server_name need TLS, but tls=False")
         return None
     if not wanted:
         return None
@@ -615,7 +628,8 @@ def connect(
 
     Raises:
         InvalidApiKeyError: the key cannot be a header value (before any I/O).
-        ValueError: a malformed target or option.
+        InvalidArgumentError: a malformed target or option (InvalidArgumentTypeError
+            for an option of the wrong type).
         ConnectError: the server could not be reached within connect_timeout.
     """
     return _Connector(

@@ -34,6 +34,8 @@ from ._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     JobConversionError,
     MalformedResponseError,
     MalformedServerInfoError,
@@ -90,7 +92,7 @@ def seconds_to_duration(seconds: float) -> timedelta:
     :raises ValueError: if ``seconds`` is not finite.
     """
     if not math.isfinite(seconds):
-        raise ValueError(f"a duration must be a finite number of seconds, got {seconds}")
+        raise InvalidArgumentError(f"a duration must be a finite number of seconds, got {seconds}")
     micros = round(seconds * 1_000_000)
     millis = micros // 1000 if micros >= 0 else -(-micros // 1000)
     return timedelta(milliseconds=millis)
@@ -279,7 +281,7 @@ def enqueue_batch_request_to_pb(
     jobs = []
     for index, request in enumerate(requests):
         if not isinstance(request, EnqueueRequest):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
             )
         jobs.append(enqueue_request_to_pb(request, now=stamp))

@@ -35,6 +35,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from hpack import NeverIndexedHeaderTuple
 
+from .._error_root import InvalidArgumentError
 from .._version import __version__
 from ._connection import Connection
 from ._metadata import MetadataLike, encode_metadata
@@ -95,13 +96,13 @@ class Channel:
         reconnect_backoff_max: float = 5.0,
     ) -> None:
         if max_receive_message_bytes < 1:
-            raise ValueError("max_receive_message_bytes must be at least 1")
+            raise InvalidArgumentError("max_receive_message_bytes must be at least 1")
         if keepalive_interval is not None and not keepalive_interval > 0:
-            raise ValueError("keepalive_interval must be > 0 (or None to disable)")
+            raise InvalidArgumentError("keepalive_interval must be > 0 (or None to disable)")
         if not keepalive_timeout > 0:
-            raise ValueError("keepalive_timeout must be > 0")
+            raise InvalidArgumentError("keepalive_timeout must be > 0")
         if not connect_timeout > 0:
-            raise ValueError("connect_timeout must be > 0")
+            raise InvalidArgumentError("connect_timeout must be > 0")
         self.host = host
         self.port = port
         self._ssl_context = ssl_context
