@@ -36,8 +36,10 @@ from ._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     JobRejectedError,
+    MalformedResponseError,
 )
 from ._grpc import Channel
+from ._grpc._malformed import MalformedReplyError
 from ._grpc._target import parse_target
 from ._proto.sepp import v1 as pb
 from ._rejections import JobRejection
@@ -228,7 +230,12 @@ class Client:
         metadata = _otel.trace_metadata() or None
 
         async def attempt() -> Any:
-            return await method(request, timeout=timeout, metadata=metadata)
+            try:
+                return await method(request, timeout=timeout, metadata=metadata)
+            except MalformedReplyError as exc:
+                # Raised outside call_with_retry's GRPCError handling on purpose: the
+                # same server would break the protocol the same way again.
+                raise MalformedResponseError(f"{rpc}: {exc.message}") from None
 
         return await call_with_retry(
             rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
