@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
-from grpclib.const import Status
+import anyio
+from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from . import _convert, _otel
@@ -35,13 +36,16 @@ from ._errors import (
     InvalidApiKeyError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    JobConversionError,
     JobRejectedError,
     MalformedResponseError,
+    SeppError,
 )
 from ._grpc import Channel
 from ._grpc._malformed import MalformedReplyError
 from ._grpc._target import parse_target
 from ._proto.sepp import v1 as pb
+from ._proto_codec import ElementWise
 from ._rejections import JobRejection
 from ._retry import call_with_retry
 from ._types import (
@@ -56,7 +60,13 @@ from ._types import (
     TraceContext,
 )
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "RESERVE_DEADLINE_SLACK", "Client", "connect"]
+__all__ = [
+    "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",
+    "RESERVE_DEADLINE_SLACK",
+    "UNREADABLE_JOB_NACK_TIMEOUT",
+    "Client",
+    "connect",
+]
 
 logger = logging.getLogger("sepp_anyio")
 
@@ -67,6 +77,17 @@ RESERVE_DEADLINE_SLACK = 10.0
 #: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on
 #: the client leaves its jobs leased (stuck) until their leases expire.
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+
+#: The most time :meth:`Client.reserve` spends dead-lettering the jobs of a reply that it
+#: cannot read, shielded from cancellation, before it returns the others.
+UNREADABLE_JOB_NACK_TIMEOUT = 5.0
+
+_SERVICE = "/sepp.v1.QueueService/"
+# Replies that carry a list of independent items are decoded item by item, so that one
+# unreadable item does not make the whole reply (and every other item) unreadable.
+_RESERVE_REPLY = ElementWise(pb.ReserveResponse)
+_DRAIN_REPLY = ElementWise(pb.DrainDeadLettersResponse)
+_ENQUEUE_BATCH_REPLY = ElementWise(pb.EnqueueBatchResponse)
 
 _RETRY_ALL = frozenset(int(code) for code in RETRYABLE_CODES)
 _RETRY_KEYLESS = frozenset(int(code) for code in KEYLESS_ENQUEUE_RETRYABLE_CODES)
@@ -241,6 +262,29 @@ class Client:
             rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
         )
 
+    def _element_wise(self, method: str, reply_type: ElementWise) -> Callable[..., Any]:
+        """A call of ``method`` shaped like a stub method, whose reply is decoded item by
+        item (see ``_proto_codec.ElementWise``); the generated stub would decode it as one
+        strict whole."""
+        path = _SERVICE + method
+
+        async def call(request: Any, *, timeout: float, metadata: Any) -> Any:  # noqa: ASYNC109
+            async with self._channel.request(
+                path,
+                Cardinality.UNARY_UNARY,
+                type(request),
+                reply_type,
+                timeout=timeout,
+                metadata=metadata,
+            ) as stream:
+                await stream.send_message(request, end=True)
+                reply = await stream.recv_message()
+            if reply is None:  # pragma: no cover - the unary streams raise instead
+                raise MalformedReplyError(f"the server sent no {reply_type.__name__}")
+            return reply
+
+        return call
+
     @staticmethod
     def _settle_attributes(ctx: JobCtx, operation: str) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -307,14 +351,22 @@ class Client:
         Returns one :class:`EnqueueAck` or :class:`JobRejection` per request,
         in request order.
 
+        The results are decoded one by one, but none can be left out (there is
+        one per job, in order): a result that cannot be decoded fails the call,
+        with an error naming its index and field and listing the jobs that the
+        readable results accepted.
+
         Raises:
             EmptyBatchError: ``requests`` is empty (no RPC is made).
             MalformedResponseError: the reply has the wrong number of results
-                (``BatchResultCountMismatchError``) or a result without outcome.
+                (``BatchResultCountMismatchError``), a result without outcome, or
+                a result that cannot be decoded.
             ClientError: the call failed as a whole.
         """
         requests = _checked_batch(requests)
-        reply = await self._send_batch("enqueue_batch", self._stub.enqueue_batch, requests)
+        reply = await self._send_batch(
+            "enqueue_batch", self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY), requests
+        )
         results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
         for index, result in enumerate(results):
             if isinstance(result, JobRejection):
@@ -323,6 +375,10 @@ class Client:
 
     async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all the jobs or none of them.
+
+        The reply is decoded as a whole (its acks are all or nothing anyway):
+        one that cannot be decoded raises ``ServerInternalError`` naming the
+        field, and it is then unknown whether the batch was committed.
 
         Raises:
             BatchValidationError: at least one job was refused, so nothing was
@@ -372,8 +428,19 @@ class Client:
         is shutting down). The server may clamp ``lease`` and ``wait``; each
         job's ``ctx.lease_expires_at`` is the lease actually granted. The
         call's deadline is ``wait`` + 10 s; it is never retried (a retry could
-        lease more jobs than the caller will handle). A job that cannot be
-        decoded is logged and skipped; the others are still returned.
+        lease more jobs than the caller will handle).
+
+        The jobs of the reply are read one by one: a job that cannot be read
+        (a field that does not decode, such as a time beyond year 9999, or a
+        required field missing or out of range) is left out and logged at
+        ERROR, and the others are still returned. When its id and attempt can
+        be read, the reserve itself dead-letters it (a nack with
+        ``RetryDirective.dead_letter()`` and a reason naming the field) before
+        returning, so that it is not redelivered to every worker again and
+        again; those nacks run concurrently, shielded from cancellation and
+        bounded by :data:`UNREADABLE_JOB_NACK_TIMEOUT` in all, and a nack that
+        fails is logged at ERROR (the job is then redelivered when its lease
+        expires, as is a job without a readable id).
 
         Cancelling a reserve may still leave a job leased on the server if it
         had already answered; that job is redelivered when its lease expires.
@@ -426,7 +493,7 @@ class Client:
         with _otel.client_span("sepp.reserve", attributes) as span:
             reply = await self._unary(
                 "reserve",
-                self._stub.reserve,
+                self._element_wise("Reserve", _RESERVE_REPLY),
                 message,
                 timeout=wait + RESERVE_DEADLINE_SLACK,
                 retry=False,
@@ -436,9 +503,75 @@ class Client:
         jobs, errors = _convert.jobs_from_pb(
             reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
         )
-        for error in errors:
-            logger.warning("skipped a reserved job that could not be decoded: %s", error)
+        if errors:
+            await self._dead_letter_unreadable(errors, worker_id=worker_id)
         return jobs
+
+    async def _dead_letter_unreadable(
+        self, errors: list[JobConversionError], *, worker_id: str | None
+    ) -> None:
+        """Log each reserved job that cannot be read and dead-letter those that can be
+        named (id and attempt); concurrently, shielded, bounded in all by
+        UNREADABLE_JOB_NACK_TIMEOUT. Never raises (but for a bug)."""
+        nackable: list[tuple[str, int, JobConversionError]] = []
+        for error in errors:
+            if error.job_id and error.attempt:
+                logger.error("%s; dead-lettering it", error)
+                nackable.append((error.job_id, error.attempt, error))
+            else:
+                logger.error(
+                    "%s; skipped: without its id and attempt it cannot be dead-lettered, "
+                    "so it is redelivered when its lease expires",
+                    error,
+                )
+        if not nackable:
+            return
+        # Shielded: these jobs are leased to us, and a worker shutting down (which
+        # cancels its reserve) must not leave them to be redelivered to everyone.
+        bound = UNREADABLE_JOB_NACK_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + bound) as scope:
+            async with anyio.create_task_group() as tg:
+                for job_id, attempt, error in nackable:
+                    tg.start_soon(self._dead_letter_one, job_id, attempt, error, worker_id)
+        if scope.cancelled_caught:
+            logger.error(
+                "gave up dead-lettering %d unreadable reserved job(s) after %gs; they are "
+                "redelivered when their leases expire",
+                len(nackable),
+                bound,
+            )
+
+    async def _dead_letter_one(
+        self, job_id: str, attempt: int, error: JobConversionError, worker_id: str | None
+    ) -> None:
+        attributes: dict[str, Any] = {
+            "messaging.operation.type": "nack",
+            "messaging.operation.name": "nack",
+            "messaging.message.id": job_id,
+            "sepp.job.attempt": attempt,
+            "sepp.nack.unreadable": True,
+        }
+        if worker_id:
+            attributes["messaging.client.id"] = worker_id
+        request = _convert.dead_letter_nack_to_pb(
+            job_id,
+            attempt,
+            reason=f"sepp-anyio could not read the job: {error.reason}",
+            worker_id=worker_id,
+        )
+        try:
+            with _otel.client_span("sepp.nack", attributes):
+                await self._unary(
+                    "nack",
+                    self._stub.nack,
+                    request,
+                    timeout=min(self._rpc_timeout, UNREADABLE_JOB_NACK_TIMEOUT),
+                    retry=True,
+                )
+        except SeppError as exc:
+            logger.error(
+                "could not dead-letter unreadable job %r (attempt %d): %s", job_id, attempt, exc
+            )
 
     async def ack(self, ctx: JobCtx) -> None:
         """Settle a job as done (it is deleted).
@@ -521,8 +654,14 @@ class Client:
         **Destructive**: the records are deleted on the server, and the call
         is never retried (a lost reply would lose them twice over). ``max=0``
         returns ``[]`` without an RPC. Replay a record with
-        ``client.enqueue(record.to_enqueue_request())``. Undecodable records
-        are logged and skipped.
+        ``client.enqueue(record.to_enqueue_request())``.
+
+        The records are read one by one: a record that cannot be read (a field
+        that does not decode, or a required one missing) is **not returned**
+        and is logged at ERROR with what could be read of it (job id, queue,
+        job type, final attempt); since draining removed it from the server,
+        that log line is all that is left of it. The other records are
+        returned.
 
         Raises:
             InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
@@ -543,7 +682,7 @@ class Client:
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
             reply = await self._unary(
                 "drain_dead_letters",
-                self._stub.drain_dead_letters,
+                self._element_wise("DrainDeadLetters", _DRAIN_REPLY),
                 _convert.drain_request_to_pb(queue, max),
                 timeout=self._rpc_timeout,
                 retry=False,
@@ -552,7 +691,7 @@ class Client:
                 span.set_attribute("sepp.drain.drained", len(reply.records))
         records, errors = _convert.dead_letters_from_pb(reply)
         for error in errors:
-            logger.warning("skipped a dead letter that could not be decoded: %s", error)
+            logger.error("%s; the drained record is not returned and is gone", error)
         return records
 
     async def server_info(self) -> ServerInfo:

@@ -327,22 +327,51 @@ class DuplicateHandlerError(SeppError):
 
 class JobConversionError(SeppError):
     """A job (or dead-letter record) from the server cannot be turned into a
-    :class:`Job` because a required field is missing or out of range.
+    :class:`Job`: a field does not decode (a time beyond year 9999, a string that is
+    not UTF-8, a wrong wire type), or a required one is missing or out of range.
 
-    Reserve and drain log such a job and skip it, delivering the rest, so this is
-    normally only seen in logs.
+    Reserve and drain never raise it: they log it at ERROR and deliver the rest.
+    :meth:`Client.reserve` also dead-letters such a job when its id and attempt could be
+    read (otherwise it is redelivered when its lease expires); a drained record is gone
+    from the server either way. So this is normally only seen in logs.
 
-    :param reason: which field is wrong and how.
-    :param job_id: the job's id, if it had one.
+    :param reason: which field is wrong and how, for example
+        ``"Job.scheduled_at: timestamp out of range"``.
+    :param job_id: the job's id, if it could be read.
+    :param attempt: the job's attempt (the final one, for a dead letter), if it could be
+        read.
+    :param queue: the job's queue, if it could be read.
+    :param job_type: the job's type, if it could be read.
     """
 
-    def __init__(self, reason: str, *, job_id: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        job_id: str | None = None,
+        attempt: int | None = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+    ) -> None:
         which = f"job {job_id!r}" if job_id else "a job"
+        known = [
+            f"{label} {value!r}" if isinstance(value, str) else f"{label} {value}"
+            for label, value in (("attempt", attempt), ("queue", queue), ("job type", job_type))
+            if value
+        ]
+        if known:
+            which += f" ({', '.join(known)})"
         super().__init__(f"cannot decode {which} from the server: {reason}")
         #: Which field is wrong and how.
         self.reason = reason
-        #: The job's id, if it had one.
+        #: The job's id, if it could be read.
         self.job_id = job_id
+        #: The job's attempt, if it could be read.
+        self.attempt = attempt
+        #: The job's queue, if it could be read.
+        self.queue = queue
+        #: The job's type, if it could be read.
+        self.job_type = job_type
 
 
 # ---------------------------------------------------------------------------- handler outcome

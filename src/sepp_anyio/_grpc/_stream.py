@@ -42,6 +42,7 @@ from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
 from .._decoded import check_decoded
+from .._proto_codec import decodes_strictly
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
     decode_grpc_message,
@@ -532,7 +533,7 @@ class Stream:
                 return None
         try:
             message = self._recv_type.FromString(data)
-            if isinstance(message, betterproto2.Message):
+            if isinstance(message, betterproto2.Message) and not decodes_strictly(self._recv_type):
                 # betterproto2 lets a wrong wire type through as a field of the wrong type.
                 check_decoded(message)
         except Exception as exc:
