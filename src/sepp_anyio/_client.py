@@ -14,6 +14,7 @@ call) whose background tasks live inside ``async with``.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import logging
 import math
 import ssl
@@ -712,6 +713,22 @@ class Client:
         return _convert.server_info_from_pb(reply)
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``, RFC 6761),
+    127.0.0.0/8, ``::1`` or an IPv4-mapped loopback address. Traffic to it never leaves
+    the machine, so a plaintext API key there is not worth a warning."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
 def _tls_context(
     tls: bool | ssl.SSLContext | None,
     *,
@@ -772,6 +789,12 @@ def connect(
     Entering the returned object validates everything, connects, and yields
     a :class:`Client`; leaving it closes the connection.
 
+    A plaintext connection with an API key logs a warning (the key travels
+    in the clear), except to a loopback address (``localhost``, 127.0.0.0/8,
+    ``::1``). A failed connection is raised as :class:`ConnectError`, not
+    logged; when TLS on one side only is the likely cause, its message says
+    which scheme (or ``tls=``) to use.
+
     Raises:
         InvalidApiKeyError: the key cannot be a header value (before any I/O).
         InvalidArgumentError: a malformed target or option (InvalidArgumentTypeError
@@ -812,6 +835,7 @@ class _Connector:
         self._connect_timeout = _check_positive(options["connect_timeout"], "connect_timeout")
         self._target = target
         self._address = parsed.address
+        self._host = parsed.host
         self._has_key = api_key is not None
         self._tls = ssl_context is not None
         self._options = options
@@ -829,7 +853,7 @@ class _Connector:
         self._client: Client | None = None
 
     async def __aenter__(self) -> Client:
-        if self._has_key and not self._tls:
+        if self._has_key and not self._tls and not _is_loopback(self._host):
             logger.warning(
                 "API key configured without TLS; it is sent in plaintext to %s", self._address
             )
@@ -843,9 +867,8 @@ class _Connector:
                 reason = exc.message or exc.status.name
                 if exc.status is Status.DEADLINE_EXCEEDED:
                     reason = "timed out"
-                logger.error(
-                    "could not connect to the sepp server at %s: %s", self._address, reason
-                )
+                # Raised, not also logged: the caller decides how to report it (the CLI
+                # prints one line), and a log line as well would say it twice.
                 raise ConnectError(self._target, reason) from None
         except BaseException:
             await stack.aclose()

@@ -594,6 +594,9 @@ class Connection:
         self._window_waiters: list[anyio.Event] = []
         self._ping_ack: anyio.Event | None = None
         self._ping_payload = b""
+        # The first bytes the server sent (up to 5): enough to tell a TLS record (a
+        # plaintext client talking to a TLS server) from HTTP/2 when the handshake fails.
+        self.first_bytes = b""
         self._scope: anyio.CancelScope | None = None
         # The channel forgets a connection through this once it has closed.
         self.on_closed: Callable[[Connection], None] | None = None
@@ -788,6 +791,8 @@ class Connection:
         try:
             while True:
                 data = await self._stream.receive(_READ_SIZE)
+                if len(self.first_bytes) < 5:
+                    self.first_bytes += data[: 5 - len(self.first_bytes)]
                 events = self.h2.receive_data(data)
                 for event in events:
                     self._dispatch(event)
