@@ -210,6 +210,11 @@ CLIENT_CASES: list[tuple[str, ClientCall, type[Exception]]] = [
     ("drain: max a str", lambda c: c.drain_dead_letters(max="1"), TypeError),  # type: ignore[arg-type]
     ("drain: negative max", lambda c: c.drain_dead_letters(max=-1), ValueError),
     ("drain: empty queue", lambda c: c.drain_dead_letters(""), ValueError),
+    ("drain: queue not a str", lambda c: c.drain_dead_letters(5), TypeError),  # type: ignore[arg-type]
+    ("reserve: worker id not a str", lambda c: c.reserve(["q"], lease=1, worker_id=5), TypeError),  # type: ignore[arg-type]
+    ("ack: not a JobCtx", lambda c: c.ack("job-1"), TypeError),  # type: ignore[arg-type]
+    ("nack: not a JobCtx", lambda c: c.nack(None), TypeError),  # type: ignore[arg-type]
+    ("extend: not a JobCtx", lambda c: c.extend({}, 1.0), TypeError),  # type: ignore[arg-type]
 ]
 
 
@@ -235,6 +240,9 @@ async def test_bad_settle_arguments_raise_sepp_errors() -> None:
         [job] = await client.reserve(["q"], lease=30, wait=0)
         with pytest.raises(SeppError) as caught:
             await client.nack(job.ctx, reason=5)  # type: ignore[arg-type]
+        assert isinstance(caught.value, InvalidArgumentTypeError)
+        with pytest.raises(SeppError) as caught:
+            await client.nack(job.ctx, "dead_letter")  # type: ignore[arg-type]
         assert isinstance(caught.value, InvalidArgumentTypeError)
         for seconds in (0, float("nan"), -1):
             with pytest.raises(SeppError) as caught:

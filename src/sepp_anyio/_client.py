@@ -153,6 +153,13 @@ def _check_api_key(api_key: str) -> str:
     return api_key
 
 
+def _check_ctx(ctx: object) -> None:
+    if not isinstance(ctx, JobCtx):
+        raise InvalidArgumentTypeError(
+            f"ctx must be the JobCtx of a reserved job, got {type(ctx).__name__}"
+        )
+
+
 def _check_positive(value: float, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgumentTypeError(
@@ -479,6 +486,10 @@ class Client:
             raise InvalidArgumentError(
                 f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
             )
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidArgumentTypeError(
+                f"worker_id must be a str or None, got {type(worker_id).__name__}"
+            )
         if worker_id is not None and not worker_id:
             raise InvalidArgumentError("worker_id must not be empty (use None for no worker id)")
         message = _convert.reserve_request_to_pb(
@@ -583,6 +594,7 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack")):
             await self._unary(
                 "ack",
@@ -606,7 +618,12 @@ class Client:
             JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         directive = retry if retry is not None else RetryDirective.default()
+        if not isinstance(directive, RetryDirective):
+            raise InvalidArgumentTypeError(
+                f"retry must be a RetryDirective or None, got {type(directive).__name__}"
+            )
         if not isinstance(reason, str):
             raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
         with _otel.client_span("sepp.nack", lambda: self._settle_attributes(ctx, "nack")) as span:
@@ -634,6 +651,7 @@ class Client:
             MalformedResponseError: the reply has no expiry.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         seconds = _check_positive(seconds, "seconds")
         with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
             reply = await self._unary(
@@ -672,6 +690,10 @@ class Client:
             raise InvalidArgumentTypeError(f"max must be an int, got {type(max).__name__}")
         if max < 0:
             raise InvalidArgumentError(f"max must be >= 0, got {max}")
+        if queue is not None and not isinstance(queue, str):
+            raise InvalidArgumentTypeError(
+                f"queue must be a str or None, got {type(queue).__name__}"
+            )
         if queue is not None and not queue:
             raise InvalidArgumentError("queue must not be empty (use None for every queue)")
         if max == 0:
