@@ -218,6 +218,10 @@ class Client:
         self._wall_clock = wall_clock if wall_clock is not None else _utcnow
         self._channel = channel
         self._stub = pb.QueueServiceStub(channel)
+        # The RPCs whose replies carry lists, decoded item by item (see _element_wise).
+        self._reserve_rpc = self._element_wise("Reserve", _RESERVE_REPLY)
+        self._drain_rpc = self._element_wise("DrainDeadLetters", _DRAIN_REPLY)
+        self._enqueue_batch_rpc = self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY)
         self._label = label
         self._rpc_timeout = _check_positive(rpc_timeout, "rpc_timeout")
         self._retry = retry if retry is not None else RetryPolicy()
@@ -372,9 +376,7 @@ class Client:
             ClientError: the call failed as a whole.
         """
         requests = _checked_batch(requests)
-        reply = await self._send_batch(
-            "enqueue_batch", self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY), requests
-        )
+        reply = await self._send_batch("enqueue_batch", self._enqueue_batch_rpc, requests)
         results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
         for index, result in enumerate(results):
             if isinstance(result, JobRejection):
@@ -505,7 +507,7 @@ class Client:
         with _otel.client_span("sepp.reserve", attributes) as span:
             reply = await self._unary(
                 "reserve",
-                self._element_wise("Reserve", _RESERVE_REPLY),
+                self._reserve_rpc,
                 message,
                 timeout=wait + RESERVE_DEADLINE_SLACK,
                 retry=False,
@@ -705,7 +707,7 @@ class Client:
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
             reply = await self._unary(
                 "drain_dead_letters",
-                self._element_wise("DrainDeadLetters", _DRAIN_REPLY),
+                self._drain_rpc,
                 _convert.drain_request_to_pb(queue, max),
                 timeout=self._rpc_timeout,
                 retry=False,
