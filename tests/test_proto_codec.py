@@ -1116,3 +1116,162 @@ def test_duration_value_matches_to_timedelta(seconds: int, nanos: int) -> None:
             _proto_codec._duration_value(seconds, nanos)
         return
     assert _proto_codec._duration_value(seconds, nanos) == expected
+
+
+# ------------------------------------------------------ 7. errors name the field
+
+
+def test_a_time_out_of_range_names_the_field() -> None:
+    year_10000 = length_delimited(11, bytes(wkt.Timestamp(seconds=253_402_300_800)))
+    with pytest.raises(_proto_codec.OutOfRangeError, match=r"^Job\.scheduled_at: timestamp out"):
+        pb.Job.FromString(year_10000)
+    # Still an OverflowError, as betterproto2's is, and a DecodeError.
+    with pytest.raises(OverflowError):
+        pb.Job.FromString(year_10000)
+    with pytest.raises(DecodeError):
+        pb.Job.FromString(year_10000)
+    huge = length_delimited(17, bytes(wkt.Duration(seconds=2**62)))
+    with pytest.raises(
+        DecodeError, match=r"GetServerInfoResponse\.max_wait_timeout: duration out of range"
+    ):
+        pb.GetServerInfoResponse.FromString(huge)
+
+
+def test_a_string_that_is_not_utf8_names_the_field() -> None:
+    with pytest.raises(DecodeError, match=r"^Job\.queue: invalid UTF-8$"):
+        pb.Job.FromString(length_delimited(12, b"\xff\xfe"))
+    entry = length_delimited(1, b"\xc3")  # a truncated two-byte sequence as the key
+    with pytest.raises(DecodeError, match=r"Job\.custom key: invalid UTF-8"):
+        pb.Job.FromString(length_delimited(10, entry))
+
+
+# ------------------------------------------------------ 8. element-wise replies
+
+LIST_REPLIES = [pb.ReserveResponse, pb.DrainDeadLettersResponse, pb.EnqueueBatchResponse]
+
+
+@pytest.mark.parametrize("cls", LIST_REPLIES, ids=_class_id)
+@settings(SOUNDNESS)
+@given(data=st.data())
+def test_element_wise_decodes_what_decodes_exactly_as_strict(
+    cls: type[Any], data: st.DataObject
+) -> None:
+    message = data.draw(messages(cls, depth=2), label="message")
+    encoded = bytes(message)
+    assert_same(_proto_codec.ElementWise(cls).FromString(encoded), cls.FromString(encoded))
+
+
+@pytest.mark.parametrize("cls", LIST_REPLIES, ids=_class_id)
+@settings(SOUNDNESS)
+@given(data=st.data())
+def test_element_wise_keeps_the_good_elements_of_mutated_replies(
+    cls: type[Any], data: st.DataObject
+) -> None:
+    """Whatever the bytes: element-wise decoding raises DecodeError exactly when the
+    framing of the reply itself (or a field other than a list) is bad; otherwise each
+    element is what the strict decoder makes of it alone, or an UndecodedElement whose
+    bytes the strict decoder refuses."""
+    message = data.draw(messages(cls, depth=2), label="message")
+    encoded = mutate(bytes(message), data.draw(mutations, label="mutations"))
+    element_wise = _proto_codec.ElementWise(cls)
+    name = next(iter(element_wise._names))
+    element_cls = metadata(cls).cls_by_field[name]
+    refused: str | None = None
+    try:
+        decoded = element_wise.FromString(encoded)
+    except DecodeError as exc:
+        refused = str(exc)
+    if refused is not None:
+        with pytest.raises(DecodeError) as strict:
+            cls.FromString(encoded)
+        assert refused == str(strict.value)
+        return
+    for item in getattr(decoded, name):
+        if isinstance(item, _proto_codec.UndecodedElement):
+            assert isinstance(item.error, DecodeError)
+            with pytest.raises(DecodeError):
+                element_cls.FromString(item.data)
+        else:
+            assert_same(item, element_cls.FromString(bytes(item)))
+    if not any(isinstance(i, _proto_codec.UndecodedElement) for i in getattr(decoded, name)):
+        assert_same(decoded, cls.FromString(encoded))
+
+
+def test_element_wise_keeps_an_undecodable_job_in_its_place() -> None:
+    good = bytes(pb.Job(id="a", attempt=1))
+    bad = bytes(pb.Job(id="b", attempt=3)) + length_delimited(
+        9, bytes(wkt.Timestamp(seconds=-(2**62)))
+    )
+    data = b"".join(length_delimited(1, job) for job in (good, bad, good))
+    with pytest.raises(OverflowError):
+        pb.ReserveResponse.FromString(data)  # strict: the whole reply is lost
+    reply = _proto_codec.ElementWise(pb.ReserveResponse).FromString(data)
+    first, middle, last = reply.jobs
+    assert first.id == last.id == "a"
+    assert isinstance(middle, _proto_codec.UndecodedElement) and middle.data == bad
+    assert str(middle.error) == "Job.lease_expires_at: timestamp out of range"
+    assert _proto_codec.decodes_strictly(_proto_codec.ElementWise(pb.ReserveResponse))
+
+
+def test_element_wise_is_strict_about_the_reply_itself() -> None:
+    element_wise = _proto_codec.ElementWise(pb.ReserveResponse)
+    with pytest.raises(DecodeError, match=r"ReserveResponse\.jobs has the wrong wire type"):
+        element_wise.FromString(tag(1, 0) + varint(1))
+    with pytest.raises(DecodeError, match=r"ReserveResponse\.jobs is truncated"):
+        element_wise.FromString(tag(1, 2) + varint(10) + b"x")
+    with pytest.raises(DecodeError, match="field number 0"):
+        element_wise.FromString(tag(0, 0) + varint(1))
+    unknown = tag(15, 0) + varint(7)
+    reply = element_wise.FromString(unknown + length_delimited(1, bytes(pb.Job(id="a"))))
+    assert reply._unknown_fields == unknown and reply.jobs[0].id == "a"
+    with pytest.raises(NotImplementedError):
+        _proto_codec.ElementWise(pb.Job)
+
+
+def test_element_wise_works_with_the_compiled_codecs_uninstalled() -> None:
+    data = length_delimited(1, bytes(pb.Job(id="a")))
+    with betterproto2_codec():
+        reply = _proto_codec.ElementWise(pb.ReserveResponse).FromString(data)
+    assert reply.jobs[0].id == "a"
+
+
+# ------------------------------------------------------ 9. salvage
+
+
+JOB_IDENTITY = {1: _proto_codec.STRING, 7: _proto_codec.UINT32}
+
+
+def test_salvage_reads_a_jobs_id_and_attempt_past_a_bad_field() -> None:
+    bad = bytes(pb.Job(id="j-1", attempt=4)) + length_delimited(
+        11, bytes(wkt.Timestamp(seconds=2**40))
+    )
+    assert _proto_codec.salvage_fields(bad, JOB_IDENTITY) == {1: "j-1", 7: 4}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # The last value wins, as in protobuf.
+        (length_delimited(1, b"a") + length_delimited(1, b"b"), {1: "b"}),
+        # A last value that is not UTF-8 hides the earlier one.
+        (length_delimited(1, b"a") + length_delimited(1, b"\xff"), {}),
+        # So does a last value of another wire type.
+        (length_delimited(1, b"a") + tag(1, 0) + varint(5), {}),
+        # The framing breaks after the id: what was read before is kept.
+        (length_delimited(1, b"a") + tag(7, 0) + b"\x80", {1: "a"}),
+        (length_delimited(1, b"a") + tag(3, 2) + varint(50) + b"x", {1: "a"}),
+        (tag(7, 0) + varint(2**33 + 3), {7: 3}),
+        (b"", {}),
+        (b"\xff" * 20, {}),
+    ],
+)
+def test_salvage_never_raises(data: bytes, expected: dict[int, Any]) -> None:
+    assert _proto_codec.salvage_fields(data, JOB_IDENTITY) == expected
+
+
+@HELPERS
+@given(st.binary(max_size=60))
+def test_salvage_of_arbitrary_bytes_never_raises(data: bytes) -> None:
+    found = _proto_codec.salvage_fields(data, {**JOB_IDENTITY, 3: _proto_codec.MESSAGE})
+    assert set(found) <= {1, 3, 7}
+    assert all(isinstance(v, str | int | bytes) for v in found.values())

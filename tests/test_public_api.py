@@ -76,3 +76,14 @@ def test_public_objects_do_not_come_from_private_wire_modules() -> None:
     for name, obj in _public_objects():
         module = getattr(obj, "__module__", "") or ""
         assert not module.startswith(FORBIDDEN), (name, module)
+
+
+def test_argument_errors_are_exported_in_the_tree() -> None:
+    """Bad arguments raise errors of the one tree, which are also ValueError/TypeError."""
+    for name, builtin in (
+        ("InvalidArgumentError", ValueError),
+        ("InvalidArgumentTypeError", TypeError),
+    ):
+        assert name in sepp_anyio.__all__
+        cls = getattr(sepp_anyio, name)
+        assert issubclass(cls, sepp_anyio.SeppError) and issubclass(cls, builtin)

@@ -22,6 +22,8 @@ from ._errors import DuplicateHandlerError as DuplicateHandlerError
 from ._errors import EmptyBatchError as EmptyBatchError
 from ._errors import HandlerError as HandlerError
 from ._errors import InvalidApiKeyError as InvalidApiKeyError
+from ._errors import InvalidArgumentError as InvalidArgumentError
+from ._errors import InvalidArgumentTypeError as InvalidArgumentTypeError
 from ._errors import InvalidRequestError as InvalidRequestError
 from ._errors import JobConversionError as JobConversionError
 from ._errors import JobNotFoundError as JobNotFoundError
@@ -97,6 +99,8 @@ __all__ = [
     "HandlerError",
     "IdempotencyKeyTooLong",
     "InvalidApiKeyError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidRequest",
     "InvalidRequestError",
     "Job",

@@ -14,6 +14,7 @@ call) whose background tasks live inside ``async with``.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import logging
 import math
 import ssl
@@ -23,7 +24,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
-from grpclib.const import Status
+import anyio
+from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from . import _convert, _otel
@@ -33,11 +35,18 @@ from ._errors import (
     ConnectError,
     EmptyBatchError,
     InvalidApiKeyError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    JobConversionError,
     JobRejectedError,
+    MalformedResponseError,
+    SeppError,
 )
 from ._grpc import Channel
+from ._grpc._malformed import MalformedReplyError
 from ._grpc._target import parse_target
 from ._proto.sepp import v1 as pb
+from ._proto_codec import ElementWise
 from ._rejections import JobRejection
 from ._retry import call_with_retry
 from ._types import (
@@ -52,7 +61,13 @@ from ._types import (
     TraceContext,
 )
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "RESERVE_DEADLINE_SLACK", "Client", "connect"]
+__all__ = [
+    "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",
+    "RESERVE_DEADLINE_SLACK",
+    "UNREADABLE_JOB_NACK_TIMEOUT",
+    "Client",
+    "connect",
+]
 
 logger = logging.getLogger("sepp_anyio")
 
@@ -63,6 +78,17 @@ RESERVE_DEADLINE_SLACK = 10.0
 #: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on
 #: the client leaves its jobs leased (stuck) until their leases expire.
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+
+#: The most time :meth:`Client.reserve` spends dead-lettering the jobs of a reply that it
+#: cannot read, shielded from cancellation, before it returns the others.
+UNREADABLE_JOB_NACK_TIMEOUT = 5.0
+
+_SERVICE = "/sepp.v1.QueueService/"
+# Replies that carry a list of independent items are decoded item by item, so that one
+# unreadable item does not make the whole reply (and every other item) unreadable.
+_RESERVE_REPLY = ElementWise(pb.ReserveResponse)
+_DRAIN_REPLY = ElementWise(pb.DrainDeadLettersResponse)
+_ENQUEUE_BATCH_REPLY = ElementWise(pb.EnqueueBatchResponse)
 
 _RETRY_ALL = frozenset(int(code) for code in RETRYABLE_CODES)
 _RETRY_KEYLESS = frozenset(int(code) for code in KEYLESS_ENQUEUE_RETRYABLE_CODES)
@@ -96,7 +122,7 @@ def _checked_batch(requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
         raise EmptyBatchError()
     for index, request in enumerate(batch):
         if not isinstance(request, EnqueueRequest):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
             )
     return batch
@@ -115,7 +141,7 @@ def _with_trace(request: EnqueueRequest, trace_context: TraceContext) -> Enqueue
 
 def _check_api_key(api_key: str) -> str:
     if not isinstance(api_key, str):
-        raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
+        raise InvalidArgumentTypeError(f"api_key must be a str, got {type(api_key).__name__}")
     if not api_key:
         raise InvalidApiKeyError("it is empty")
     if "\r" in api_key or "\n" in api_key:
@@ -127,11 +153,20 @@ def _check_api_key(api_key: str) -> str:
     return api_key
 
 
+def _check_ctx(ctx: object) -> None:
+    if not isinstance(ctx, JobCtx):
+        raise InvalidArgumentTypeError(
+            f"ctx must be the JobCtx of a reserved job, got {type(ctx).__name__}"
+        )
+
+
 def _check_positive(value: float, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(
+            f"{name} must be a number of seconds, got {type(value).__name__}"
+        )
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds > 0, got {value!r}")
     return float(value)
 
 
@@ -158,9 +193,10 @@ class Client:
     tasks (calls are multiplexed over one HTTP/2 connection). Leaving the
     block closes the connection; calls still running are cancelled with it.
 
-    Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses for
-    failures (see ``sepp_anyio._errors`` for the tree) and ``ValueError`` /
-    ``TypeError`` for bad arguments, before any I/O. Cancellation is never
+    Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses (see
+    ``sepp_anyio._errors`` for the tree): for failures, and for bad arguments
+    :class:`~sepp_anyio.InvalidArgumentError` / :class:`~sepp_anyio.InvalidArgumentTypeError`
+    (also ``ValueError`` / ``TypeError``) before any I/O. Cancellation is never
     caught or converted: a cancelled call is abandoned (its HTTP/2 stream
     reset) and, for writes, may or may not have taken effect on the server.
     """
@@ -182,6 +218,10 @@ class Client:
         self._wall_clock = wall_clock if wall_clock is not None else _utcnow
         self._channel = channel
         self._stub = pb.QueueServiceStub(channel)
+        # The RPCs whose replies carry lists, decoded item by item (see _element_wise).
+        self._reserve_rpc = self._element_wise("Reserve", _RESERVE_REPLY)
+        self._drain_rpc = self._element_wise("DrainDeadLetters", _DRAIN_REPLY)
+        self._enqueue_batch_rpc = self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY)
         self._label = label
         self._rpc_timeout = _check_positive(rpc_timeout, "rpc_timeout")
         self._retry = retry if retry is not None else RetryPolicy()
@@ -223,11 +263,39 @@ class Client:
         metadata = _otel.trace_metadata() or None
 
         async def attempt() -> Any:
-            return await method(request, timeout=timeout, metadata=metadata)
+            try:
+                return await method(request, timeout=timeout, metadata=metadata)
+            except MalformedReplyError as exc:
+                # Raised outside call_with_retry's GRPCError handling on purpose: the
+                # same server would break the protocol the same way again.
+                raise MalformedResponseError(f"{rpc}: {exc.message}") from None
 
         return await call_with_retry(
             rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
         )
+
+    def _element_wise(self, method: str, reply_type: ElementWise) -> Callable[..., Any]:
+        """A call of ``method`` shaped like a stub method, whose reply is decoded item by
+        item (see ``_proto_codec.ElementWise``); the generated stub would decode it as one
+        strict whole."""
+        path = _SERVICE + method
+
+        async def call(request: Any, *, timeout: float, metadata: Any) -> Any:  # noqa: ASYNC109
+            async with self._channel.request(
+                path,
+                Cardinality.UNARY_UNARY,
+                type(request),
+                reply_type,
+                timeout=timeout,
+                metadata=metadata,
+            ) as stream:
+                await stream.send_message(request, end=True)
+                reply = await stream.recv_message()
+            if reply is None:  # pragma: no cover - the unary streams raise instead
+                raise MalformedReplyError(f"the server sent no {reply_type.__name__}")
+            return reply
+
+        return call
 
     @staticmethod
     def _settle_attributes(ctx: JobCtx, operation: str) -> dict[str, Any]:
@@ -295,14 +363,20 @@ class Client:
         Returns one :class:`EnqueueAck` or :class:`JobRejection` per request,
         in request order.
 
+        The results are decoded one by one, but none can be left out (there is
+        one per job, in order): a result that cannot be decoded fails the call,
+        with an error naming its index and field and listing the jobs that the
+        readable results accepted.
+
         Raises:
             EmptyBatchError: ``requests`` is empty (no RPC is made).
             MalformedResponseError: the reply has the wrong number of results
-                (``BatchResultCountMismatchError``) or a result without outcome.
+                (``BatchResultCountMismatchError``), a result without outcome, or
+                a result that cannot be decoded.
             ClientError: the call failed as a whole.
         """
         requests = _checked_batch(requests)
-        reply = await self._send_batch("enqueue_batch", self._stub.enqueue_batch, requests)
+        reply = await self._send_batch("enqueue_batch", self._enqueue_batch_rpc, requests)
         results = _convert.enqueue_batch_results_from_pb(reply, expected=len(requests))
         for index, result in enumerate(results):
             if isinstance(result, JobRejection):
@@ -311,6 +385,10 @@ class Client:
 
     async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all the jobs or none of them.
+
+        The reply is decoded as a whole (its acks are all or nothing anyway):
+        one that cannot be decoded raises ``ServerInternalError`` naming the
+        field, and it is then unknown whether the batch was committed.
 
         Raises:
             BatchValidationError: at least one job was refused, so nothing was
@@ -360,39 +438,62 @@ class Client:
         is shutting down). The server may clamp ``lease`` and ``wait``; each
         job's ``ctx.lease_expires_at`` is the lease actually granted. The
         call's deadline is ``wait`` + 10 s; it is never retried (a retry could
-        lease more jobs than the caller will handle). A job that cannot be
-        decoded is logged and skipped; the others are still returned.
+        lease more jobs than the caller will handle).
+
+        The jobs of the reply are read one by one: a job that cannot be read
+        (a field that does not decode, such as a time beyond year 9999, or a
+        required field missing or out of range) is left out and logged at
+        ERROR, and the others are still returned. When its id and attempt can
+        be read, the reserve itself dead-letters it (a nack with
+        ``RetryDirective.dead_letter()`` and a reason naming the field) before
+        returning, so that it is not redelivered to every worker again and
+        again; those nacks run concurrently, shielded from cancellation and
+        bounded by :data:`UNREADABLE_JOB_NACK_TIMEOUT` in all, and a nack that
+        fails is logged at ERROR (the job is then redelivered when its lease
+        expires, as is a job without a readable id).
 
         Cancelling a reserve may still leave a job leased on the server if it
         had already answered; that job is redelivered when its lease expires.
 
         Raises:
-            ValueError: empty ``queues`` or queue name, ``lease`` <= 0,
+            InvalidArgumentError: empty ``queues`` or queue name, ``lease`` <= 0,
                 ``wait`` < 0, ``max_jobs`` < 1, or an empty ``worker_id``.
             UnknownQueuesError: strict mode and an undeclared queue.
             ClientError: the call failed.
         """
         if isinstance(queues, str):
-            raise TypeError("queues must be a sequence of queue names, not a single str")
+            raise InvalidArgumentTypeError(
+                "queues must be a sequence of queue names, not a single str"
+            )
         names = list(queues)
         if not names:
-            raise ValueError("queues must name at least one queue")
+            raise InvalidArgumentError("queues must name at least one queue")
         for index, name in enumerate(names):
             if not isinstance(name, str) or not name:
-                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
+                raise InvalidArgumentError(f"queues[{index}] must be a non-empty str, got {name!r}")
         lease = _check_positive(lease, "lease")
         if isinstance(wait, bool) or not isinstance(wait, int | float):
-            raise TypeError(f"wait must be a number of seconds, got {type(wait).__name__}")
+            raise InvalidArgumentTypeError(
+                f"wait must be a number of seconds, got {type(wait).__name__}"
+            )
         if not (wait >= 0 and math.isfinite(wait)):
-            raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
+            raise InvalidArgumentError(
+                f"wait must be a finite number of seconds >= 0, got {wait!r}"
+            )
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)):
-            raise TypeError(f"max_jobs must be an int or None, got {type(max_jobs).__name__}")
+            raise InvalidArgumentTypeError(
+                f"max_jobs must be an int or None, got {type(max_jobs).__name__}"
+            )
         if max_jobs is not None and max_jobs < 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
             )
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidArgumentTypeError(
+                f"worker_id must be a str or None, got {type(worker_id).__name__}"
+            )
         if worker_id is not None and not worker_id:
-            raise ValueError("worker_id must not be empty (use None for no worker id)")
+            raise InvalidArgumentError("worker_id must not be empty (use None for no worker id)")
         message = _convert.reserve_request_to_pb(
             names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
         )
@@ -406,7 +507,7 @@ class Client:
         with _otel.client_span("sepp.reserve", attributes) as span:
             reply = await self._unary(
                 "reserve",
-                self._stub.reserve,
+                self._reserve_rpc,
                 message,
                 timeout=wait + RESERVE_DEADLINE_SLACK,
                 retry=False,
@@ -416,9 +517,75 @@ class Client:
         jobs, errors = _convert.jobs_from_pb(
             reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
         )
-        for error in errors:
-            logger.warning("skipped a reserved job that could not be decoded: %s", error)
+        if errors:
+            await self._dead_letter_unreadable(errors, worker_id=worker_id)
         return jobs
+
+    async def _dead_letter_unreadable(
+        self, errors: list[JobConversionError], *, worker_id: str | None
+    ) -> None:
+        """Log each reserved job that cannot be read and dead-letter those that can be
+        named (id and attempt); concurrently, shielded, bounded in all by
+        UNREADABLE_JOB_NACK_TIMEOUT. Never raises (but for a bug)."""
+        nackable: list[tuple[str, int, JobConversionError]] = []
+        for error in errors:
+            if error.job_id and error.attempt:
+                logger.error("%s; dead-lettering it", error)
+                nackable.append((error.job_id, error.attempt, error))
+            else:
+                logger.error(
+                    "%s; skipped: without its id and attempt it cannot be dead-lettered, "
+                    "so it is redelivered when its lease expires",
+                    error,
+                )
+        if not nackable:
+            return
+        # Shielded: these jobs are leased to us, and a worker shutting down (which
+        # cancels its reserve) must not leave them to be redelivered to everyone.
+        bound = UNREADABLE_JOB_NACK_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + bound) as scope:
+            async with anyio.create_task_group() as tg:
+                for job_id, attempt, error in nackable:
+                    tg.start_soon(self._dead_letter_one, job_id, attempt, error, worker_id)
+        if scope.cancelled_caught:
+            logger.error(
+                "gave up dead-lettering %d unreadable reserved job(s) after %gs; they are "
+                "redelivered when their leases expire",
+                len(nackable),
+                bound,
+            )
+
+    async def _dead_letter_one(
+        self, job_id: str, attempt: int, error: JobConversionError, worker_id: str | None
+    ) -> None:
+        attributes: dict[str, Any] = {
+            "messaging.operation.type": "nack",
+            "messaging.operation.name": "nack",
+            "messaging.message.id": job_id,
+            "sepp.job.attempt": attempt,
+            "sepp.nack.unreadable": True,
+        }
+        if worker_id:
+            attributes["messaging.client.id"] = worker_id
+        request = _convert.dead_letter_nack_to_pb(
+            job_id,
+            attempt,
+            reason=f"sepp-anyio could not read the job: {error.reason}",
+            worker_id=worker_id,
+        )
+        try:
+            with _otel.client_span("sepp.nack", attributes):
+                await self._unary(
+                    "nack",
+                    self._stub.nack,
+                    request,
+                    timeout=min(self._rpc_timeout, UNREADABLE_JOB_NACK_TIMEOUT),
+                    retry=True,
+                )
+        except SeppError as exc:
+            logger.error(
+                "could not dead-letter unreadable job %r (attempt %d): %s", job_id, attempt, exc
+            )
 
     async def ack(self, ctx: JobCtx) -> None:
         """Settle a job as done (it is deleted).
@@ -429,6 +596,7 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack")):
             await self._unary(
                 "ack",
@@ -452,9 +620,14 @@ class Client:
             JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         directive = retry if retry is not None else RetryDirective.default()
+        if not isinstance(directive, RetryDirective):
+            raise InvalidArgumentTypeError(
+                f"retry must be a RetryDirective or None, got {type(directive).__name__}"
+            )
         if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
         with _otel.client_span("sepp.nack", lambda: self._settle_attributes(ctx, "nack")) as span:
             reply = await self._unary(
                 "nack",
@@ -475,11 +648,12 @@ class Client:
         does not see it; prefer ``ctx.extend(seconds)``.
 
         Raises:
-            ValueError: ``seconds`` is not > 0.
+            InvalidArgumentError: ``seconds`` is not > 0.
             JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
             MalformedResponseError: the reply has no expiry.
             ClientError: the call failed.
         """
+        _check_ctx(ctx)
         seconds = _check_positive(seconds, "seconds")
         with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
             reply = await self._unary(
@@ -501,19 +675,29 @@ class Client:
         **Destructive**: the records are deleted on the server, and the call
         is never retried (a lost reply would lose them twice over). ``max=0``
         returns ``[]`` without an RPC. Replay a record with
-        ``client.enqueue(record.to_enqueue_request())``. Undecodable records
-        are logged and skipped.
+        ``client.enqueue(record.to_enqueue_request())``.
+
+        The records are read one by one: a record that cannot be read (a field
+        that does not decode, or a required one missing) is **not returned**
+        and is logged at ERROR with what could be read of it (job id, queue,
+        job type, final attempt); since draining removed it from the server,
+        that log line is all that is left of it. The other records are
+        returned.
 
         Raises:
-            ValueError: ``max`` < 0 or an empty ``queue``.
+            InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
             ClientError: the call failed.
         """
         if isinstance(max, bool) or not isinstance(max, int):
-            raise TypeError(f"max must be an int, got {type(max).__name__}")
+            raise InvalidArgumentTypeError(f"max must be an int, got {type(max).__name__}")
         if max < 0:
-            raise ValueError(f"max must be >= 0, got {max}")
+            raise InvalidArgumentError(f"max must be >= 0, got {max}")
+        if queue is not None and not isinstance(queue, str):
+            raise InvalidArgumentTypeError(
+                f"queue must be a str or None, got {type(queue).__name__}"
+            )
         if queue is not None and not queue:
-            raise ValueError("queue must not be empty (use None for every queue)")
+            raise InvalidArgumentError("queue must not be empty (use None for every queue)")
         if max == 0:
             return []
         attributes = {
@@ -523,7 +707,7 @@ class Client:
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
             reply = await self._unary(
                 "drain_dead_letters",
-                self._stub.drain_dead_letters,
+                self._drain_rpc,
                 _convert.drain_request_to_pb(queue, max),
                 timeout=self._rpc_timeout,
                 retry=False,
@@ -532,7 +716,7 @@ class Client:
                 span.set_attribute("sepp.drain.drained", len(reply.records))
         records, errors = _convert.dead_letters_from_pb(reply)
         for error in errors:
-            logger.warning("skipped a dead letter that could not be decoded: %s", error)
+            logger.error("%s; the drained record is not returned and is gone", error)
         return records
 
     async def server_info(self) -> ServerInfo:
@@ -553,6 +737,22 @@ class Client:
         return _convert.server_info_from_pb(reply)
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``, RFC 6761),
+    127.0.0.0/8, ``::1`` or an IPv4-mapped loopback address. Traffic to it never leaves
+    the machine, so a plaintext API key there is not worth a warning."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
 def _tls_context(
     tls: bool | ssl.SSLContext | None,
     *,
@@ -565,9 +765,9 @@ def _tls_context(
     wanted = scheme_tls or bool(tls) or ca_cert is not None or server_name is not None
     if tls is False:
         if scheme_tls:
-            raise ValueError("tls=False contradicts an https:// target")
+            raise InvalidArgumentError("tls=False contradicts an https:// target")
         if ca_cert is not None or server_name is not None:
-            raise ValueError("tls_ca_cert and tls_server_name need TLS, but tls=False")
+            raise InvalidArgumentError("tls_ca_cert and tls_server_name need TLS, but tls=False")
         return None
     if not wanted:
         return None
@@ -613,9 +813,16 @@ def connect(
     Entering the returned object validates everything, connects, and yields
     a :class:`Client`; leaving it closes the connection.
 
+    A plaintext connection with an API key logs a warning (the key travels
+    in the clear), except to a loopback address (``localhost``, 127.0.0.0/8,
+    ``::1``). A failed connection is raised as :class:`ConnectError`, not
+    logged; when TLS on one side only is the likely cause, its message says
+    which scheme (or ``tls=``) to use.
+
     Raises:
         InvalidApiKeyError: the key cannot be a header value (before any I/O).
-        ValueError: a malformed target or option.
+        InvalidArgumentError: a malformed target or option (InvalidArgumentTypeError
+            for an option of the wrong type).
         ConnectError: the server could not be reached within connect_timeout.
     """
     return _Connector(
@@ -652,6 +859,7 @@ class _Connector:
         self._connect_timeout = _check_positive(options["connect_timeout"], "connect_timeout")
         self._target = target
         self._address = parsed.address
+        self._host = parsed.host
         self._has_key = api_key is not None
         self._tls = ssl_context is not None
         self._options = options
@@ -669,7 +877,7 @@ class _Connector:
         self._client: Client | None = None
 
     async def __aenter__(self) -> Client:
-        if self._has_key and not self._tls:
+        if self._has_key and not self._tls and not _is_loopback(self._host):
             logger.warning(
                 "API key configured without TLS; it is sent in plaintext to %s", self._address
             )
@@ -683,9 +891,8 @@ class _Connector:
                 reason = exc.message or exc.status.name
                 if exc.status is Status.DEADLINE_EXCEEDED:
                     reason = "timed out"
-                logger.error(
-                    "could not connect to the sepp server at %s: %s", self._address, reason
-                )
+                # Raised, not also logged: the caller decides how to report it (the CLI
+                # prints one line), and a log line as well would say it twice.
                 raise ConnectError(self._target, reason) from None
         except BaseException:
             await stack.aclose()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._types import JSON_ENCODING, Payload, _charset, _is_json_encoding, _media_type
 
 __all__ = ["PayloadCodec", "decode_payload", "encode_payload", "register_codec"]
@@ -52,7 +53,7 @@ def _json_decode(data: bytes, encoding: str) -> Any:
 
 def _text_encode(obj: Any, encoding: str) -> bytes:
     if not isinstance(obj, str):
-        raise TypeError(f"the text codec encodes str, got {type(obj).__name__}")
+        raise InvalidArgumentTypeError(f"the text codec encodes str, got {type(obj).__name__}")
     return obj.encode(_charset(encoding))
 
 
@@ -62,7 +63,9 @@ def _text_decode(data: bytes, encoding: str) -> Any:
 
 def _bytes_encode(obj: Any, encoding: str) -> bytes:
     if not isinstance(obj, bytes | bytearray | memoryview):
-        raise TypeError(f"the octet-stream codec encodes bytes, got {type(obj).__name__}")
+        raise InvalidArgumentTypeError(
+            f"the octet-stream codec encodes bytes, got {type(obj).__name__}"
+        )
     return bytes(obj)
 
 
@@ -78,13 +81,14 @@ def register_codec(codec: PayloadCodec, *, replace: bool = False) -> None:
 
     The registry is process-wide; register at import time, not per request.
 
-    :raises ValueError: if a codec for that media type exists and ``replace`` is false.
+    :raises InvalidArgumentError: if a codec for that media type exists and ``replace`` is
+        false, or the media type is empty.
     """
     key = _media_type(codec.media_type)
     if not key:
-        raise ValueError("PayloadCodec.media_type must not be empty")
+        raise InvalidArgumentError("PayloadCodec.media_type must not be empty")
     if key in _REGISTRY and not replace:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"a codec for {key!r} is already registered; pass replace=True to override it"
         )
     _REGISTRY[key] = codec
@@ -97,7 +101,7 @@ def _lookup(encoding: str) -> PayloadCodec:
         codec = _REGISTRY.get(JSON_ENCODING)
     if codec is None:
         known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise ValueError(
+        raise InvalidArgumentError(
             f"no payload codec for encoding {encoding!r} (registered: {known}); "
             "use register_codec() or build the Payload yourself"
         )
@@ -107,9 +111,11 @@ def _lookup(encoding: str) -> PayloadCodec:
 def encode_payload(obj: Any, encoding: str = JSON_ENCODING) -> Payload:
     """Encode ``obj`` with the codec for ``encoding`` and label the payload with it.
 
-    :raises ValueError: if no codec serves ``encoding``, or the result is empty (a
-        payload may not be empty: send ``payload=None`` instead).
-    :raises TypeError: if the codec cannot encode ``obj``.
+    :raises InvalidArgumentError: if no codec serves ``encoding``, or the result is empty
+        (a payload may not be empty: send ``payload=None`` instead).
+    :raises InvalidArgumentTypeError: if a built-in codec cannot encode ``obj`` (the text
+        codec takes ``str``, the octet-stream codec bytes); a registered codec's own
+        errors, and :func:`json.dumps`'s ``TypeError``/``ValueError``, pass through.
     """
     return Payload(_lookup(encoding).encode(obj, encoding), encoding)
 
@@ -117,8 +123,9 @@ def encode_payload(obj: Any, encoding: str = JSON_ENCODING) -> Payload:
 def decode_payload(payload: Payload) -> Any:
     """Decode ``payload`` with the codec for its encoding.
 
-    :raises ValueError: if no codec serves the encoding, or the bytes are invalid for it
-        (``json.JSONDecodeError`` and ``UnicodeDecodeError`` are ``ValueError``\\ s).
+    :raises InvalidArgumentError: if no codec serves the encoding.
+    :raises ValueError: if the bytes are invalid for it (``json.JSONDecodeError`` and
+        ``UnicodeDecodeError`` pass through; both are ``ValueError``\\ s).
     """
     return _lookup(payload.encoding).decode(payload.data, payload.encoding)
 

@@ -10,6 +10,10 @@ Rules applied on the way in (server -> public), from the protocol and the other 
 * a job whose *required* fields are missing or out of range (id, job type, priority,
   attempt, enqueue time, lease expiry, a custom value with no branch set) raises
   :class:`JobConversionError`; reserve and drain skip that job and keep the rest;
+* so does a job (or a result, a record) that does not decode at all: the replies that
+  carry lists are decoded element by element (``_proto_codec.ElementWise``), and an
+  element that fails arrives here as an ``UndecodedElement``, its error naming the
+  field; what can be read of it (a job's id and attempt) is salvaged for the report;
 * a bad *optional* field never blocks delivery: an unparseable trace context or a
   pre-epoch ``scheduled_at`` becomes ``None``;
 * an unrecognised rejection reason is an :class:`UnknownRejection`, an unknown dead-letter
@@ -34,12 +38,15 @@ from ._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     JobConversionError,
     MalformedResponseError,
     MalformedServerInfoError,
 )
 from ._proto.google import protobuf as pb_wkt
 from ._proto.sepp import v1 as pb
+from ._proto_codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
 from ._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -90,7 +97,7 @@ def seconds_to_duration(seconds: float) -> timedelta:
     :raises ValueError: if ``seconds`` is not finite.
     """
     if not math.isfinite(seconds):
-        raise ValueError(f"a duration must be a finite number of seconds, got {seconds}")
+        raise InvalidArgumentError(f"a duration must be a finite number of seconds, got {seconds}")
     micros = round(seconds * 1_000_000)
     millis = micros // 1000 if micros >= 0 else -(-micros // 1000)
     return timedelta(milliseconds=millis)
@@ -279,7 +286,7 @@ def enqueue_batch_request_to_pb(
     jobs = []
     for index, request in enumerate(requests):
         if not isinstance(request, EnqueueRequest):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"jobs[{index}] must be an EnqueueRequest, got {type(request).__name__}"
             )
         jobs.append(enqueue_request_to_pb(request, now=stamp))
@@ -426,18 +433,54 @@ def job_result_from_pb(message: Any, *, index: int) -> EnqueueAck | JobRejection
     )
 
 
+_MAX_LISTED_IDS = 10
+
+
 def enqueue_batch_results_from_pb(
     message: Any, *, expected: int
 ) -> list[EnqueueAck | JobRejection]:
     """A ``pb.EnqueueBatchResponse`` as one outcome per job, in request order.
 
+    The results may have been decoded one by one (``UndecodedElement`` for one that did
+    not decode). Unlike a reserve's jobs, no result can be left out (there is one per
+    job, in order), so an unreadable one fails the call; the error names its index and
+    field, and the jobs that the readable results say were accepted, so that none of
+    them is lost from sight.
+
     :raises BatchResultCountMismatchError: if there are not ``expected`` results.
-    :raises MalformedResponseError: if a result has no outcome or an ack no job id.
+    :raises MalformedResponseError: if a result does not decode, has no outcome, or an
+        ack has no job id.
     """
     results = list(message.results)
     if len(results) != expected:
         raise BatchResultCountMismatchError(expected, len(results))
-    return [job_result_from_pb(result, index=i) for i, result in enumerate(results)]
+    unreadable = [
+        (index, result)
+        for index, result in enumerate(results)
+        if isinstance(result, UndecodedElement)
+    ]
+    if not unreadable:
+        return [job_result_from_pb(result, index=i) for i, result in enumerate(results)]
+    accepted: list[str] = []
+    for index, result in enumerate(results):
+        if isinstance(result, UndecodedElement):
+            continue
+        try:
+            outcome = job_result_from_pb(result, index=index)
+        except MalformedResponseError:
+            continue
+        if isinstance(outcome, EnqueueAck):
+            accepted.append(f"{index}: {outcome.job_id}")
+    first_index, first = unreadable[0]
+    others = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+    listed = ", ".join(accepted[:_MAX_LISTED_IDS])
+    if len(accepted) > _MAX_LISTED_IDS:
+        listed += f", and {len(accepted) - _MAX_LISTED_IDS} more"
+    raise MalformedResponseError(
+        f"enqueue_batch: the server's result for job {first_index} cannot be decoded "
+        f"({first.error}){others}; its outcome is unknown. The readable results accepted "
+        f"{len(accepted)} job(s){': ' + listed if listed else ''}"
+    )
 
 
 def validation_error_from_pb(message: Any) -> JobValidationError:
@@ -554,23 +597,65 @@ def job_from_pb(
     return Job(payload, ctx)
 
 
+# Job: 1 id, 2 job_type, 7 attempt, 12 queue.
+_JOB_IDENTITY = {1: STRING, 2: STRING, 7: UINT32, 12: STRING}
+# DeadLetterRecord: 1 job, 4 final_attempt.
+_RECORD_IDENTITY = {1: MESSAGE, 4: UINT32}
+
+
+def _salvaged_job(data: bytes) -> tuple[str | None, int | None, str | None, str | None]:
+    """What a job that did not decode still tells: (id, attempt, queue, job type)."""
+    fields = salvage_fields(data, _JOB_IDENTITY)
+    return (
+        fields.get(1) or None,
+        fields.get(7) or None,
+        fields.get(12) or None,
+        fields.get(2) or None,
+    )
+
+
+def _unreadable_job(element: UndecodedElement) -> JobConversionError:
+    job_id, attempt, queue, job_type = _salvaged_job(element.data)
+    return JobConversionError(
+        str(element.error), job_id=job_id, attempt=attempt, queue=queue, job_type=job_type
+    )
+
+
+def _identified(error: JobConversionError, message: Any) -> JobConversionError:
+    """``error`` with what the (decoded but unusable) job says of itself added."""
+    job_id = error.job_id or _str(message.id) or None
+    return JobConversionError(
+        error.reason,
+        job_id=job_id,
+        attempt=_int(message.attempt) or None,
+        queue=_str(message.queue) or None,
+        job_type=_str(message.job_type) or None,
+    )
+
+
 def jobs_from_pb(
     message: Any,
     *,
     worker_id: str | None,
     make_lease: Callable[[JobCtx], _LeaseLike] | None = None,
 ) -> tuple[list[Job], list[JobConversionError]]:
-    """Every decodable job of a ``pb.ReserveResponse``, plus an error per skipped job.
+    """Every usable job of a ``pb.ReserveResponse``, plus an error per job left out.
 
-    The caller logs the errors; a bad job must not cost the rest of the batch.
+    A job is left out when it did not decode (an ``UndecodedElement``, see
+    ``_proto_codec.ElementWise``) or cannot be converted; its error carries what could be
+    read of it (``job_id``, ``attempt``, ``queue``, ``job_type``), so that the caller can
+    report it and dead-letter it. A bad job must not cost the rest of the batch.
     """
     jobs: list[Job] = []
     errors: list[JobConversionError] = []
     for raw in message.jobs:
+        if isinstance(raw, UndecodedElement):
+            errors.append(_unreadable_job(raw))
+            continue
         try:
             jobs.append(job_from_pb(raw, worker_id=worker_id, make_lease=make_lease))
         except JobConversionError as exc:
-            errors.append(exc)
+            errors.append(_identified(exc, raw))
     return jobs, errors
 
 
@@ -639,6 +724,18 @@ def nack_request_to_pb(ctx: JobCtx, directive: RetryDirective, *, reason: str | 
         reason=reason or None,
         retry=retry_directive_to_pb(directive),
         worker_id=ctx.worker_id or None,
+    )
+
+
+def dead_letter_nack_to_pb(job_id: str, attempt: int, *, reason: str, worker_id: str | None) -> Any:
+    """A ``pb.NackRequest`` sending a job the client cannot read to the dead-letter queue
+    (there is no :class:`JobCtx` for it, only its id and attempt)."""
+    return pb.NackRequest(
+        job_id=job_id,
+        attempt=attempt,
+        reason=reason,
+        retry=retry_directive_to_pb(RetryDirective.dead_letter()),
+        worker_id=worker_id or None,
     )
 
 
@@ -726,17 +823,45 @@ def dead_letter_from_pb(message: Any) -> DeadLetterRecord:
     )
 
 
+def _unreadable_record(element: UndecodedElement) -> JobConversionError:
+    fields = salvage_fields(element.data, _RECORD_IDENTITY)
+    job = fields.get(1)
+    job_id = queue = job_type = None
+    if job is not None:
+        job_id, _, queue, job_type = _salvaged_job(job)
+    return JobConversionError(
+        f"dead-letter record: {element.error}",
+        job_id=job_id,
+        attempt=fields.get(4) or None,
+        queue=queue,
+        job_type=job_type,
+    )
+
+
 def dead_letters_from_pb(
     message: Any,
 ) -> tuple[list[DeadLetterRecord], list[JobConversionError]]:
-    """Every decodable record of a ``pb.DrainDeadLettersResponse``, plus an error per
-    skipped record (drained records are gone from the server either way)."""
+    """Every usable record of a ``pb.DrainDeadLettersResponse``, plus an error per record
+    left out (one that did not decode, or cannot be converted), carrying what could be
+    read of it. Drained records are gone from the server either way."""
     records: list[DeadLetterRecord] = []
     errors: list[JobConversionError] = []
     for raw in message.records:
+        if isinstance(raw, UndecodedElement):
+            errors.append(_unreadable_record(raw))
+            continue
         try:
             records.append(dead_letter_from_pb(raw))
         except JobConversionError as exc:
+            job = raw.job
+            if job is not None:
+                exc = JobConversionError(
+                    exc.reason,
+                    job_id=exc.job_id,
+                    attempt=_int(raw.final_attempt) or None,
+                    queue=_str(job.queue) or None,
+                    job_type=_str(job.job_type) or None,
+                )
             errors.append(exc)
     return records, errors
 

@@ -14,8 +14,8 @@
     │   ├── MalformedResponseError       the reply breaks the protocol
     │   │   └── BatchResultCountMismatchError
     │   ├── MalformedServerInfoError     server_info() got an unusable reply
-    │   ├── EmptyBatchError              enqueue_batch([]) / enqueue_atomic([])
-    │   └── InvalidApiKeyError           (also a ValueError) key is not a header value
+    │   ├── EmptyBatchError              enqueue_batch([]) / enqueue_atomic([]) (*)
+    │   └── InvalidApiKeyError           the key is not a header value (*)
     ├── LeaseError                       ack / nack / extend: the lease is not ours
     │   ├── JobNotFoundError             NOT_FOUND
     │   └── AttemptMismatchError         FAILED_PRECONDITION
@@ -24,14 +24,25 @@
     ├── JobRejectedError                 enqueue(): the server refused the job
     ├── BatchValidationError             enqueue_atomic(): refused, nothing enqueued
     ├── DuplicateHandlerError            two handlers for one job type
-    └── JobConversionError               a reserved/dead-lettered job cannot be decoded
+    ├── JobConversionError               a reserved/dead-lettered job cannot be decoded
+    ├── InvalidArgumentError             (also a ValueError) a bad argument value
+    │   ├── TraceContextError            a malformed traceparent
+    │   └── (*) EmptyBatchError, InvalidApiKeyError
+    └── InvalidArgumentTypeError         (also a TypeError) an argument of the wrong type
 
     HandlerError                         raised *by your handler*; not a SeppError
 
 Errors that come from a gRPC status carry it as :attr:`SeppError.code` (a
 :class:`StatusCode`) and the server's text as :attr:`SeppError.status_message`; both are
-``None`` for errors the client raises itself. Bad arguments are not a ``SeppError``: they
-raise :class:`ValueError` or :class:`TypeError` where the mistake is made.
+``None`` for errors the client raises itself.
+
+Bad arguments raise :class:`InvalidArgumentError` (a ``ValueError`` too) or
+:class:`InvalidArgumentTypeError` (a ``TypeError`` too) where the mistake is made, before
+any I/O: ``except SeppError`` catches them, and so do ``except ValueError`` /
+``except TypeError``. Outside the tree, on purpose: ``RuntimeError`` for using an object
+in the wrong state (a client outside its ``async with``, ``JobCtx.extend`` on a context
+that has no lease), and the errors of your own code that sepp-anyio only passes on (a
+payload that :func:`json.dumps` cannot serialise, a charset Python does not know).
 
 A lease or reserve call that fails for a reason other than its specific ones raises the
 plain :class:`ClientError` subclass (for example a :class:`TransportError` from ``ack``),
@@ -44,8 +55,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
+from ._error_root import InvalidArgumentError, InvalidArgumentTypeError, SeppError, StatusCode
 from ._rejections import JobRejection, JobValidationError
 from ._types import RetryDirective
 
@@ -61,6 +73,8 @@ __all__ = [
     "EmptyBatchError",
     "HandlerError",
     "InvalidApiKeyError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidRequestError",
     "JobConversionError",
     "JobNotFoundError",
@@ -81,31 +95,6 @@ __all__ = [
 ]
 
 
-class StatusCode(enum.IntEnum):
-    """The gRPC status codes (same numbers as every gRPC implementation).
-
-    Ours rather than grpclib's or grpcio's, so the public API depends on neither.
-    """
-
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    NOT_FOUND = 5
-    ALREADY_EXISTS = 6
-    PERMISSION_DENIED = 7
-    RESOURCE_EXHAUSTED = 8
-    FAILED_PRECONDITION = 9
-    ABORTED = 10
-    OUT_OF_RANGE = 11
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
-    DATA_LOSS = 15
-    UNAUTHENTICATED = 16
-
-
 #: Codes the :class:`RetryPolicy` retries. CANCELLED is a :class:`TransportError` but is
 #: not retried: it usually means our own side gave up.
 RETRYABLE_CODES: Final = frozenset(
@@ -123,44 +112,6 @@ RETRYABLE_CODES: Final = frozenset(
 KEYLESS_ENQUEUE_RETRYABLE_CODES: Final = frozenset(
     {StatusCode.UNAVAILABLE, StatusCode.RESOURCE_EXHAUSTED}
 )
-
-
-def _rebuild(cls: type[SeppError], message: str) -> SeppError:
-    # Subclasses take different constructor arguments, so unpickling cannot simply call
-    # cls(*args); rebuild from the message and let the pickled __dict__ restore the rest.
-    err = cls.__new__(cls, message)
-    Exception.__init__(err, message)
-    return err
-
-
-class SeppError(Exception):
-    """Root of every error sepp-anyio raises (except :class:`HandlerError`, see there).
-
-    :param message: the human explanation, which is also ``str(error)``.
-    :param code: the gRPC status the error was built from, if any.
-    :param status_message: the server's status text, if any.
-    """
-
-    #: The gRPC status the error came from; ``None`` if the client raised it itself.
-    code: StatusCode | None
-    #: The server's status text (possibly empty); ``None`` if there was no status.
-    status_message: str | None
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: StatusCode | None = None,
-        status_message: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status_message = status_message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keeps every error picklable and copyable (anyio.to_process, multiprocessing
-        # logging, copy.copy) whatever its constructor signature.
-        return (_rebuild, (type(self), str(self)), self.__dict__.copy())
 
 
 # ---------------------------------------------------------------------------- client errors
@@ -262,17 +213,18 @@ class MalformedServerInfoError(ClientError):
         self.reason = reason
 
 
-class EmptyBatchError(ClientError):
+class EmptyBatchError(ClientError, InvalidArgumentError):
     """An enqueue was called with no jobs. Raised before any RPC: the server would refuse
-    the empty batch anyway."""
+    the empty batch anyway. Also an :class:`InvalidArgumentError`."""
 
     def __init__(self) -> None:
         super().__init__("cannot enqueue an empty batch: pass at least one EnqueueRequest")
 
 
-class InvalidApiKeyError(ClientError, ValueError):
+class InvalidApiKeyError(ClientError, InvalidArgumentError):
     """The API key cannot be sent as an HTTP header value. Raised by :func:`connect`
-    before any network activity. Also a :class:`ValueError`, since it is a bad argument.
+    before any network activity. Also an :class:`InvalidArgumentError` (and so a
+    :class:`ValueError`), since it is a bad argument.
 
     The key itself is never included in the message.
 
@@ -375,22 +327,51 @@ class DuplicateHandlerError(SeppError):
 
 class JobConversionError(SeppError):
     """A job (or dead-letter record) from the server cannot be turned into a
-    :class:`Job` because a required field is missing or out of range.
+    :class:`Job`: a field does not decode (a time beyond year 9999, a string that is
+    not UTF-8, a wrong wire type), or a required one is missing or out of range.
 
-    Reserve and drain log such a job and skip it, delivering the rest, so this is
-    normally only seen in logs.
+    Reserve and drain never raise it: they log it at ERROR and deliver the rest.
+    :meth:`Client.reserve` also dead-letters such a job when its id and attempt could be
+    read (otherwise it is redelivered when its lease expires); a drained record is gone
+    from the server either way. So this is normally only seen in logs.
 
-    :param reason: which field is wrong and how.
-    :param job_id: the job's id, if it had one.
+    :param reason: which field is wrong and how, for example
+        ``"Job.scheduled_at: timestamp out of range"``.
+    :param job_id: the job's id, if it could be read.
+    :param attempt: the job's attempt (the final one, for a dead letter), if it could be
+        read.
+    :param queue: the job's queue, if it could be read.
+    :param job_type: the job's type, if it could be read.
     """
 
-    def __init__(self, reason: str, *, job_id: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        job_id: str | None = None,
+        attempt: int | None = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+    ) -> None:
         which = f"job {job_id!r}" if job_id else "a job"
+        known = [
+            f"{label} {value!r}" if isinstance(value, str) else f"{label} {value}"
+            for label, value in (("attempt", attempt), ("queue", queue), ("job type", job_type))
+            if value
+        ]
+        if known:
+            which += f" ({', '.join(known)})"
         super().__init__(f"cannot decode {which} from the server: {reason}")
         #: Which field is wrong and how.
         self.reason = reason
-        #: The job's id, if it had one.
+        #: The job's id, if it could be read.
         self.job_id = job_id
+        #: The job's attempt, if it could be read.
+        self.attempt = attempt
+        #: The job's queue, if it could be read.
+        self.queue = queue
+        #: The job's type, if it could be read.
+        self.job_type = job_type
 
 
 # ---------------------------------------------------------------------------- handler outcome
@@ -416,7 +397,7 @@ class HandlerError(Exception):
         self.reason = reason
         self.directive = directive if directive is not None else RetryDirective.default()
         if not isinstance(self.directive, RetryDirective):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"directive must be a RetryDirective, got {type(self.directive).__name__}"
             )
         super().__init__(reason)

@@ -27,9 +27,18 @@ whose fields have the wrong types. A map entry without its message value
 decodes to the empty message (what the entry means; betterproto2 gives
 ``None``). So a decoded message from a compiled class never needs
 :func:`sepp_anyio._decoded.check_decoded`. A Timestamp or Duration outside
-the range of ``datetime``/``timedelta`` raises ``OverflowError``, as it does
-with betterproto2 (the transport and the server turn any decoding error into
+the range of ``datetime``/``timedelta`` raises :class:`OutOfRangeError`, an
+``OverflowError`` as with betterproto2; a string that is not UTF-8 raises
+:class:`DecodeError` (betterproto2: ``UnicodeDecodeError``). Every error names
+the field (the transport and the server turn any decoding error into
 INTERNAL).
+
+A whole message is decoded strictly: one bad field anywhere makes all of it
+undecodable. A reply that carries a list of independent items (the jobs of a
+reserve, the records of a drain, the results of a batch) is better read item
+by item, so that one bad item costs only itself: :class:`ElementWise` is such
+a reply type, and :func:`salvage_fields` reads what it can of an item that
+did not decode (a job's id and attempt, to dead-letter it).
 
 Only the classes passed to :func:`install` are changed (class attributes
 ``__bytes__``, ``SerializeToString``, ``parse``, ``FromString``); the
@@ -47,16 +56,28 @@ import betterproto2
 
 __all__ = [
     "DecodeError",
+    "ElementWise",
+    "OutOfRangeError",
+    "UndecodedElement",
     "compile_classes",
+    "decodes_strictly",
     "install",
     "installed_classes",
     "is_compiled",
+    "salvage_fields",
     "uninstall",
 ]
 
 
 class DecodeError(ValueError):
-    """The bytes are not a valid encoding of the message type."""
+    """The bytes are not a valid encoding of the message type; the message names the
+    field (``Job.id has the wrong wire type``, ``Job.queue: invalid UTF-8``)."""
+
+
+class OutOfRangeError(DecodeError, OverflowError):
+    """A well-formed Timestamp or Duration outside the range of ``datetime`` /
+    ``timedelta`` (``Job.scheduled_at: timestamp out of range``). Also an
+    ``OverflowError``, which is what betterproto2 raises for it."""
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -126,6 +147,14 @@ def _wrong_wire_type(where: str) -> DecodeError:
 
 def _truncated(where: str) -> DecodeError:
     return DecodeError(f"{where} is truncated")
+
+
+def _not_utf8(where: str) -> DecodeError:
+    return DecodeError(f"{where}: invalid UTF-8")
+
+
+def _out_of_range(where: str, what: str) -> OutOfRangeError:
+    return OutOfRangeError(f"{where}: {what} out of range")
 
 
 # ------------------------------------------------------------ well-known wrapped types
@@ -231,6 +260,8 @@ class _Compiler:
             "_skip": _skip,
             "_wrong_wire_type": _wrong_wire_type,
             "_truncated": _truncated,
+            "_not_utf8": _not_utf8,
+            "_out_of_range": _out_of_range,
             "_timestamp_fields": _timestamp_fields,
             "_timestamp_value": _timestamp_value,
             "_duration_fields": _duration_fields,
@@ -415,16 +446,26 @@ class _Compiler:
         else:
             self._read_length(indent, where)
             if proto_type == betterproto2.TYPE_STRING:
-                add(indent, f"{target} str(data[pos:stop], 'utf-8')")
+                # try/except costs nothing when nothing is raised (Python 3.11+).
+                add(indent, "try:")
+                add(indent + 1, f"{target} str(data[pos:stop], 'utf-8')")
+                add(indent, "except UnicodeDecodeError:")
+                add(indent + 1, f"raise _not_utf8({where!r}) from None")
             elif proto_type == betterproto2.TYPE_BYTES:
                 add(indent, f"{target} data[pos:stop]")
             elif proto_type == betterproto2.TYPE_MESSAGE:
                 wrapper = unwrap() if unwrap is not None else None
                 pair = "*_decode_seconds_nanos(data, pos, stop)"
-                if wrapper is self._timestamp:
-                    add(indent, f"{target} _timestamp_value({pair})")
-                elif wrapper is self._duration:
-                    add(indent, f"{target} _duration_value({pair})")
+                if wrapper is self._timestamp or wrapper is self._duration:
+                    convert, what = (
+                        ("_timestamp_value", "timestamp")
+                        if wrapper is self._timestamp
+                        else ("_duration_value", "duration")
+                    )
+                    add(indent, "try:")
+                    add(indent + 1, f"{target} {convert}({pair})")
+                    add(indent, "except OverflowError:")
+                    add(indent + 1, f"raise _out_of_range({where!r}, {what!r}) from None")
                 else:
                     decoded_cls = wrapper if wrapper is not None else value_cls
                     decoder = self._decoder_name(decoded_cls)
@@ -669,3 +710,191 @@ def installed_classes() -> list[type[Any]]:
 def is_compiled(cls: type[Any]) -> bool:
     """True if ``cls`` decodes with a compiled (wire-type-checking) decoder."""
     return bool(vars(cls).get("_sepp_compiled_codec", False))
+
+
+# ------------------------------------------------------------------ element-wise replies
+
+# What decoding an element can raise: DecodeError (OutOfRangeError included) from the
+# compiled decoders; ValueError and OverflowError for anything a generated enum or
+# wrapper conversion might raise beyond those.
+_ELEMENT_ERRORS = (ValueError, OverflowError)
+
+
+class UndecodedElement:
+    """An element of a repeated message field that did not decode.
+
+    Args:
+        data: the element's bytes, as received.
+        error: why it did not decode; its message names the field.
+    """
+
+    __slots__ = ("data", "error")
+
+    def __init__(self, data: bytes, error: Exception) -> None:
+        self.data = data
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<UndecodedElement of {len(self.data)} bytes: {self.error}>"
+
+
+class ElementWise:
+    """A reply type (for ``Channel.request``) that decodes ``cls`` strictly except for
+    its repeated message fields, whose elements are decoded one by one: an element that
+    does not decode is kept as an :class:`UndecodedElement` in its place in the list,
+    and the rest of the message is unaffected.
+
+    Everything else is as strict as ``cls.FromString``: a list field with the wrong wire
+    type, a truncated element or any other bad field still fails the whole message with
+    :class:`DecodeError`. The result is an instance of ``cls`` whose lists may hold
+    :class:`UndecodedElement` items, so it is for code that expects them (the client's
+    conversions), never for passing on.
+
+    It uses the compiled decoders (:func:`install`), whether or not they are installed on
+    the classes at the time, and costs what ``cls.FromString`` costs: one compiled call
+    per element.
+    """
+
+    def __init__(self, cls: type[betterproto2.Message]) -> None:
+        self.message_class = cls
+        self.__name__ = cls.__name__
+        meta: Any = cls._betterproto  # type: ignore[arg-type]
+        # tag of a length-delimited element -> (field name, element class)
+        self._lists: dict[int, tuple[str, type[Any]]] = {
+            (field.number << 3) | 2: (name, meta.cls_by_field[name])
+            for name, field in meta.meta_by_field_name.items()
+            if field.repeated and field.proto_type == betterproto2.TYPE_MESSAGE
+        }
+        if not self._lists:
+            raise NotImplementedError(f"{cls.__name__} has no repeated message field")
+        self._names = tuple(name for name, _ in self._lists.values())
+        self._decoders: dict[int, tuple[str, Callable[..., Any]]] | None = None
+        self._decode: Callable[..., Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ElementWise {self.__name__}>"
+
+    def _resolve(self) -> tuple[dict[int, tuple[str, Callable[..., Any]]], Callable[..., Any]]:
+        needed = [self.message_class, *(element for _, element in self._lists.values())]
+        if not all(cls in _COMPILED for cls in needed):
+            raise RuntimeError(f"{self.__name__}: the compiled codecs are not installed")
+        decoders = {tag: (name, _COMPILED[c][1]) for tag, (name, c) in self._lists.items()}
+        self._decoders = decoders
+        self._decode = decode = _COMPILED[self.message_class][1]
+        return decoders, decode
+
+    def FromString(self, data: bytes) -> Any:
+        """Decode ``data``; raises :class:`DecodeError` as ``cls.FromString`` would, except
+        for elements of the repeated message fields (see the class docstring)."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        decoders, decode = (
+            (self._decoders, self._decode)
+            if self._decoders is not None and self._decode is not None
+            else self._resolve()
+        )
+        lists: dict[str, list[Any]] = {name: [] for name in self._names}
+        rest: bytearray | None = None
+        pos = 0
+        end = len(data)
+        try:
+            while pos < end:
+                start = pos
+                tag = data[pos]
+                if tag < 128:
+                    pos += 1
+                else:
+                    tag, pos = _read_varint(data, pos, end)
+                entry = decoders.get(tag)
+                if entry is None:
+                    # Any other field (or a list field with the wrong wire type): the
+                    # strict decoder below judges it.
+                    pos = _skip(data, pos, end, tag)
+                    if rest is None:
+                        rest = bytearray()
+                    rest += data[start:pos]
+                    continue
+                name, decode_element = entry
+                if pos < end and data[pos] < 128:
+                    length = data[pos]
+                    pos += 1
+                else:
+                    length, pos = _read_varint(data, pos, end)
+                stop = pos + length
+                if stop > end:
+                    raise _truncated(f"{self.__name__}.{name}")
+                try:
+                    item = decode_element(data, pos, stop)
+                except _ELEMENT_ERRORS as exc:
+                    item = UndecodedElement(data[pos:stop], exc)
+                lists[name].append(item)
+                pos = stop
+        except DecodeError:
+            # The framing of the message itself is broken, so no element can be trusted
+            # to be one: the strict decoder names the field (``X.jobs has the wrong wire
+            # type``), as it does for any other bad field.
+            decode(data, 0, end)
+            raise
+        message = decode(b"", 0, 0) if rest is None else decode(bytes(rest), 0, len(rest))
+        # As the compiled decoders build messages: straight into the instance dict.
+        message.__dict__.update(lists)
+        return message
+
+
+def decodes_strictly(reply_type: Any) -> bool:
+    """Whether replies decoded by ``reply_type`` (a message class or an
+    :class:`ElementWise`) are already checked for wire types, so that
+    :func:`sepp_anyio._decoded.check_decoded` need not walk them."""
+    return isinstance(reply_type, ElementWise) or is_compiled(reply_type)
+
+
+#: Kinds of field :func:`salvage_fields` reads.
+STRING = "string"
+UINT32 = "uint32"
+MESSAGE = "message"
+_KIND_WIRE_TYPES = {STRING: 2, UINT32: 0, MESSAGE: 2}
+
+
+def salvage_fields(data: bytes, wanted: dict[int, str]) -> dict[int, Any]:
+    """Read the top-level fields numbered in ``wanted`` out of bytes that may not decode.
+
+    ``wanted`` maps a field number to :data:`STRING` (returned as ``str``), :data:`UINT32`
+    (``int``) or :data:`MESSAGE` (the raw ``bytes``, to salvage in turn). As in protobuf
+    the last value of a field wins; a field whose last value is unreadable (a string that
+    is not UTF-8) or has another wire type is left out. Reading stops, keeping what it
+    has, where the framing itself breaks (a truncated field), since nothing after that
+    can be located. Never raises.
+    """
+    found: dict[int, Any] = {}
+    pos = 0
+    end = len(data)
+    try:
+        while pos < end:
+            tag, pos = _read_varint(data, pos, end)
+            number = tag >> 3
+            kind = wanted.get(number)
+            if kind is None or tag & 7 != _KIND_WIRE_TYPES[kind]:
+                pos = _skip(data, pos, end, tag)
+                if kind is not None:
+                    found.pop(number, None)
+                continue
+            if kind == UINT32:
+                value, pos = _read_varint(data, pos, end)
+                found[number] = value & _MASK32
+                continue
+            length, pos = _read_varint(data, pos, end)
+            stop = pos + length
+            if stop > end:
+                break
+            raw = data[pos:stop]
+            pos = stop
+            if kind == STRING:
+                try:
+                    found[number] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    found.pop(number, None)
+            else:
+                found[number] = raw
+    except DecodeError:
+        pass
+    return found

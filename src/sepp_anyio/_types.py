@@ -6,9 +6,10 @@ Conventions, shared by every class here:
   milliseconds, so anything finer is truncated when sent;
 * instants are timezone-aware ``datetime`` objects in UTC; a naive ``datetime`` is refused
   rather than guessed at;
-* bad arguments raise :class:`ValueError` (or :class:`TypeError` for the wrong type) at
-  construction, with a message naming the field and the limit, so a mistake surfaces where
-  it was made instead of as a server rejection later.
+* bad arguments raise :class:`InvalidArgumentError` (or :class:`InvalidArgumentTypeError`
+  for the wrong type; both are :class:`SeppError` subclasses, and also a ``ValueError`` /
+  ``TypeError``) at construction, with a message naming the field and the limit, so a
+  mistake surfaces where it was made instead of as a server rejection later.
 
 Nothing here touches the network or the generated protobuf classes; see ``_convert`` for
 the wire mapping.
@@ -25,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
     from ._rejections import JobRejection
@@ -67,47 +70,49 @@ _MAX_PRIORITY = 9
 
 def _check_str(value: object, name: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(f"{name} must be a str, got {type(value).__name__}")
     if not value and not allow_empty:
-        raise ValueError(f"{name} must not be empty")
+        raise InvalidArgumentError(f"{name} must not be empty")
     try:
         # Protobuf strings are UTF-8 on the wire; a lone surrogate would only fail later,
         # deep inside serialisation, with no hint of which field it came from.
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{name} is not encodable as UTF-8: {exc.reason}") from None
+        raise InvalidArgumentError(f"{name} is not encodable as UTF-8: {exc.reason}") from None
     return value
 
 
 def _check_int(value: object, name: str, lo: int, hi: int) -> int:
     # bool is an int subclass; True as a priority is almost certainly a bug.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
     if not lo <= value <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
+        raise InvalidArgumentError(f"{name} must be between {lo} and {hi}, got {value}")
     return value
 
 
 def _check_seconds(value: object, name: str, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(
+            f"{name} must be a number of seconds, got {type(value).__name__}"
+        )
     seconds = float(value)
     if not math.isfinite(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value}")
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds, got {value}")
     if positive:
         # The wire carries whole milliseconds: anything shorter would arrive as zero.
         if seconds < 0.001:
-            raise ValueError(f"{name} must be at least 0.001 seconds (1 ms), got {value}")
+            raise InvalidArgumentError(f"{name} must be at least 0.001 seconds (1 ms), got {value}")
     elif seconds < 0:
-        raise ValueError(f"{name} must be >= 0 seconds, got {value}")
+        raise InvalidArgumentError(f"{name} must be >= 0 seconds, got {value}")
     return seconds
 
 
 def _check_aware(value: object, name: str) -> datetime:
     if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(f"{name} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{name} must be timezone-aware (for example datetime.now(timezone.utc)); "
             "a naive datetime is ambiguous"
         )
@@ -122,18 +127,18 @@ def _check_queue_name(value: object, name: str) -> str:
     """
     queue = _check_str(value, name)
     if queue in (".", ".."):
-        raise ValueError(f"{name} must not be {queue!r}")
+        raise InvalidArgumentError(f"{name} must not be {queue!r}")
     if "/" in queue:
-        raise ValueError(f"{name} must not contain '/', got {queue!r}")
+        raise InvalidArgumentError(f"{name} must not contain '/', got {queue!r}")
     # Unicode's Cc category, as the server applies it: C0, DEL and C1.
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in queue):
-        raise ValueError(f"{name} must not contain control characters, got {queue!r}")
+        raise InvalidArgumentError(f"{name} must not contain control characters, got {queue!r}")
     return queue
 
 
 def _check_custom(custom: object, name: str = "custom") -> dict[str, CustomValue]:
     if not isinstance(custom, Mapping):
-        raise TypeError(f"{name} must be a mapping of str to str/int/float/bool")
+        raise InvalidArgumentTypeError(f"{name} must be a mapping of str to str/int/float/bool")
     checked: dict[str, CustomValue] = {}
     for key, value in custom.items():
         _check_str(key, f"{name} key")
@@ -148,7 +153,9 @@ def _check_custom(custom: object, name: str = "custom") -> dict[str, CustomValue
         elif isinstance(value, str):
             checked[key] = _check_str(value, label, allow_empty=True)
         else:
-            raise TypeError(f"{label} must be str, int, float or bool, got {type(value).__name__}")
+            raise InvalidArgumentTypeError(
+                f"{label} must be str, int, float or bool, got {type(value).__name__}"
+            )
     return checked
 
 
@@ -187,8 +194,8 @@ class Payload:
     ``bytes``) and ``encoding`` a non-empty string. The protocol refuses an empty payload:
     for a job without data, leave :attr:`EnqueueRequest.payload` as ``None``.
 
-    :raises TypeError: if ``data`` is not bytes-like or ``encoding`` is not a string.
-    :raises ValueError: if either is empty.
+    :raises InvalidArgumentTypeError: if ``data`` is not bytes-like or ``encoding`` is not a string.
+    :raises InvalidArgumentError: if either is empty.
     """
 
     #: The raw bytes, never empty.
@@ -202,9 +209,9 @@ class Payload:
         if isinstance(data, bytearray | memoryview):
             object.__setattr__(self, "data", bytes(data))
         elif not isinstance(data, bytes):
-            raise TypeError(f"Payload.data must be bytes, got {type(data).__name__}")
+            raise InvalidArgumentTypeError(f"Payload.data must be bytes, got {type(data).__name__}")
         if not self.data:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "Payload.data must not be empty; for a job without data pass payload=None"
             )
         _check_str(self.encoding, "Payload.encoding")
@@ -236,12 +243,12 @@ class Payload:
     def json(self) -> Any:
         """Parse :attr:`data` as JSON.
 
-        :raises ValueError: if :attr:`encoding` is not a JSON media type
-            (``application/json``, ``*+json``, ``text/json`` or ``json``), or if the bytes
-            are not valid JSON (:class:`json.JSONDecodeError` is a ``ValueError``).
+        :raises InvalidArgumentError: if :attr:`encoding` is not a JSON media type
+            (``application/json``, ``*+json``, ``text/json`` or ``json``).
+        :raises json.JSONDecodeError: (a ``ValueError``) if the bytes are not valid JSON.
         """
         if not _is_json_encoding(self.encoding):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"payload encoding is {self.encoding!r}, not JSON; "
                 "read payload.data (or payload.text()) instead"
             )
@@ -269,8 +276,9 @@ class Payload:
 # ---------------------------------------------------------------------------- tracing
 
 
-class TraceContextError(ValueError):
-    """A ``traceparent`` string is not in the W3C Trace Context format."""
+class TraceContextError(InvalidArgumentError):
+    """A ``traceparent`` string is not in the W3C Trace Context format (an
+    :class:`InvalidArgumentError`, so also a ``ValueError``)."""
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -300,7 +308,7 @@ class TraceContext:
     def __post_init__(self) -> None:
         tp = self.traceparent
         if not isinstance(tp, str):
-            raise TypeError(f"traceparent must be a str, got {type(tp).__name__}")
+            raise InvalidArgumentTypeError(f"traceparent must be a str, got {type(tp).__name__}")
         parts = tp.split("-")
         if len(parts) != 4:
             raise TraceContextError(
@@ -323,7 +331,7 @@ class TraceContext:
         if not _is_hex(flags, 2):
             raise TraceContextError(f"traceparent flags must be 2 hex digits: {tp!r}")
         if self.tracestate is not None and not isinstance(self.tracestate, str):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"tracestate must be a str or None, got {type(self.tracestate).__name__}"
             )
 
@@ -393,8 +401,8 @@ class EnqueueRequest:
     Server-configured limits (name lengths, payload size, custom map size) are checked by
     the server and come back as a :class:`JobRejection`.
 
-    :raises TypeError: for a field of the wrong type.
-    :raises ValueError: for a value out of range; the message names the field and limit.
+    :raises InvalidArgumentTypeError: for a field of the wrong type.
+    :raises InvalidArgumentError: for a value out of range; the message names the field and limit.
     """
 
     #: The target queue.
@@ -422,7 +430,9 @@ class EnqueueRequest:
         _check_queue_name(self.queue, "queue")
         _check_str(self.job_type, "job_type")
         if self.payload is not None and not isinstance(self.payload, Payload):
-            raise TypeError(f"payload must be a Payload or None, got {type(self.payload).__name__}")
+            raise InvalidArgumentTypeError(
+                f"payload must be a Payload or None, got {type(self.payload).__name__}"
+            )
         if self.idempotency_key is not None:
             _check_str(self.idempotency_key, "idempotency_key")
         if self.priority is not None:
@@ -430,14 +440,14 @@ class EnqueueRequest:
         if self.max_attempts is not None:
             _check_int(self.max_attempts, "max_attempts", 1, _UINT32_MAX)
         if self.trace_context is not None and not isinstance(self.trace_context, TraceContext):
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 "trace_context must be a TraceContext or None, "
                 f"got {type(self.trace_context).__name__}"
             )
         object.__setattr__(self, "custom", _check_custom(self.custom))
         if self.scheduled_at is not None:
             if self.delay is not None:
-                raise ValueError("pass either scheduled_at or delay, not both")
+                raise InvalidArgumentError("pass either scheduled_at or delay, not both")
             scheduled_at = self.scheduled_at
             if isinstance(scheduled_at, datetime) and scheduled_at.tzinfo is None:
                 # The protocol's clock is UTC; a naive instant is read as UTC, as
@@ -483,7 +493,7 @@ class RetryDirective:
     :attr:`delay` seconds) or ``"dead_letter"`` (give up now). On the final attempt every
     kind dead-letters.
 
-    :raises ValueError: for an unknown kind, or a delay that is missing, negative or not
+    :raises InvalidArgumentError: for an unknown kind, or a delay that is missing, negative or not
         finite for ``"after"`` (or given for another kind).
     """
 
@@ -494,16 +504,16 @@ class RetryDirective:
 
     def __post_init__(self) -> None:
         if self.kind not in ("default", "after", "dead_letter"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RetryDirective.kind must be 'default', 'after' or 'dead_letter', "
                 f"got {self.kind!r}"
             )
         if self.kind == "after":
             if self.delay is None:
-                raise ValueError("RetryDirective 'after' needs a delay in seconds")
+                raise InvalidArgumentError("RetryDirective 'after' needs a delay in seconds")
             object.__setattr__(self, "delay", _check_seconds(self.delay, "delay"))
         elif self.delay is not None:
-            raise ValueError(f"RetryDirective {self.kind!r} takes no delay")
+            raise InvalidArgumentError(f"RetryDirective {self.kind!r} takes no delay")
 
     @classmethod
     def default(cls) -> RetryDirective:
@@ -533,8 +543,8 @@ class RetryPolicy:
     Validation: ``max_attempts`` is raised to at least 1 and ``multiplier`` to at least
     1.0 (matching the other sepp clients); the two backoffs must be finite and >= 0.
 
-    :raises TypeError: for a non-numeric field.
-    :raises ValueError: for a negative or non-finite backoff.
+    :raises InvalidArgumentTypeError: for a non-numeric field.
+    :raises InvalidArgumentError: for a negative or non-finite backoff.
     """
 
     #: Total tries per call, including the first.
@@ -550,16 +560,20 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise TypeError(f"max_attempts must be an int, got {type(self.max_attempts).__name__}")
+            raise InvalidArgumentTypeError(
+                f"max_attempts must be an int, got {type(self.max_attempts).__name__}"
+            )
         object.__setattr__(self, "max_attempts", max(1, self.max_attempts))
         object.__setattr__(
             self, "initial_backoff", _check_seconds(self.initial_backoff, "initial_backoff")
         )
         object.__setattr__(self, "max_backoff", _check_seconds(self.max_backoff, "max_backoff"))
         if isinstance(self.multiplier, bool) or not isinstance(self.multiplier, int | float):
-            raise TypeError(f"multiplier must be a number, got {type(self.multiplier).__name__}")
+            raise InvalidArgumentTypeError(
+                f"multiplier must be a number, got {type(self.multiplier).__name__}"
+            )
         if math.isnan(self.multiplier):
-            raise ValueError("multiplier must be a number >= 1.0, got nan")
+            raise InvalidArgumentError("multiplier must be a number >= 1.0, got nan")
         object.__setattr__(self, "multiplier", max(1.0, float(self.multiplier)))
 
     def backoff(self, retry_index: int) -> float:
@@ -569,10 +583,10 @@ class RetryPolicy:
         jitter, scaled by a random factor in [0.5, 1.0) so that clients failing together do
         not retry in lockstep, while the delay never drops below half its nominal value.
 
-        :raises ValueError: if ``retry_index`` is negative.
+        :raises InvalidArgumentError: if ``retry_index`` is negative.
         """
         if retry_index < 0:
-            raise ValueError(f"retry_index must be >= 0, got {retry_index}")
+            raise InvalidArgumentError(f"retry_index must be >= 0, got {retry_index}")
         if self.initial_backoff == 0.0:
             # Checked first so that an overflowing power cannot turn "no delay" into the cap.
             delay = 0.0
@@ -771,7 +785,7 @@ class JobCtx:
         expiry is then left unchanged (the conservative choice).
 
         :param seconds: finite, at least 0.001 (the wire carries whole milliseconds).
-        :raises ValueError: for a duration below 1 ms or not finite.
+        :raises InvalidArgumentError: for a duration below 1 ms or not finite.
         :raises RuntimeError: if the context has no lease (it was not made by a reserve).
         :raises JobNotFoundError: if the lease was lost (expired, already settled).
         :raises AttemptMismatchError: if the job was redelivered to someone else.

@@ -79,11 +79,14 @@ def pb_job(**overrides: Any) -> Any:
     return pb.Job(**fields)
 
 
-def skipped(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+def unreadable(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    """The ERROR lines reporting an item left out of a reply (``what`` is in each)."""
     return [
         record.getMessage()
         for record in caplog.records
-        if record.levelno == logging.WARNING and f"skipped a {what}" in record.getMessage()
+        if record.levelno == logging.ERROR
+        and "cannot decode" in record.getMessage()
+        and what in record.getMessage()
     ]
 
 
@@ -202,24 +205,42 @@ BAD_JOBS = {
 }
 
 
-async def test_a_malformed_job_is_skipped_and_logged_and_the_rest_delivered(
+async def test_a_malformed_job_is_logged_and_dead_lettered_and_the_rest_delivered(
     server: ScriptedGrpclibServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Each malformed job is left out and logged at ERROR; the reserve dead-letters every
+    one whose id and attempt it can read (all but "no id" and "attempt 0"), once each."""
     good = [pb_job(id=f"good-{i}", job_type=f"t{i}") for i in range(3)]
     reply = pb.ReserveResponse(
         jobs=[good[0], *list(BAD_JOBS.values())[:5], good[1], *list(BAD_JOBS.values())[5:], good[2]]
     )
-    server.script(replies={"Reserve": reply})
+    server.script(
+        replies={
+            "Reserve": reply,
+            "Nack": lambda request: pb.NackResponse(job_id=request.job_id, dead_lettered=True),
+        }
+    )
     caplog.set_level(logging.WARNING, logger="sepp_anyio")
     async with sepp_anyio.connect(server.address) as client:
         delivered = await client.reserve(["q"], lease=30, wait=0, max_jobs=20, worker_id="w-1")
     assert [job.ctx.id for job in delivered] == ["good-0", "good-1", "good-2"]
     assert [job.ctx.job_type for job in delivered] == ["t0", "t1", "t2"]
     assert all(job.ctx.worker_id == "w-1" and job.ctx._lease is not None for job in delivered)
-    warnings = skipped(caplog, "reserved job")
-    assert len(warnings) == len(BAD_JOBS)
-    assert any("priority 12 is out of range" in w for w in warnings)
-    assert any("'bad-lease'" in w and "lease_expires_at is missing" in w for w in warnings)
+    errors = unreadable(caplog, "")
+    assert len(errors) == len(BAD_JOBS)
+    assert any("priority 12 is out of range" in e and "dead-lettering it" in e for e in errors)
+    assert any("'bad-lease'" in e and "lease_expires_at is missing" in e for e in errors)
+    assert sum("cannot be dead-lettered" in e for e in errors) == 2
+    nacks = {e.request.job_id: e.request for e in server.events if e.method == "Nack"}
+    assert server.calls("Nack") == len(nacks) == len(BAD_JOBS) - 2
+    assert set(nacks) == {
+        "bad-type", "bad-priority", "bad-enqueued", "bad-lease", "old-lease", "bad-custom",
+        "bad-payload",
+    }  # fmt: skip
+    for request in nacks.values():
+        assert request.attempt == 1 and request.worker_id == "w-1"
+        assert request.retry.dead_letter is not None
+    assert "priority 12 is out of range" in nacks["bad-priority"].reason
 
 
 async def test_a_reserve_of_only_malformed_jobs_returns_an_empty_list(
@@ -376,7 +397,9 @@ async def test_a_malformed_dead_letter_is_skipped_and_the_rest_returned(
     assert records[0].cause is DeadLetterCause.REJECTED
     assert records[1].cause is DeadLetterCause.UNSPECIFIED  # a cause from a newer server
     assert records[1].trace_context == TraceContext(TP)
-    assert len(skipped(caplog, "dead letter")) == 3
+    errors = unreadable(caplog, "the drained record is not returned")
+    assert len(errors) == 3
+    assert any("'no-failed-at'" in e and "failed_at is missing" in e for e in errors)
     [event] = server.events
     assert (event.request.queue, event.request.max) == ("q", 10)
 

@@ -12,6 +12,7 @@ a deadline), or the bad part skipped; never an unhandled exception, never a hang
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -164,16 +165,13 @@ WRONG_WIRE_TYPES: dict[str, tuple[str, bytes]] = {
     "reserve: a job as a number": ("Reserve", b"\x08\x01"),
     # field 1 (jobs) as a group: [None]
     "reserve: a job as a group": ("Reserve", b"\x0b"),
-    # a job whose id (field 1, a string) is a varint
-    "reserve: a job id as a number": ("Reserve", _field(1, b"\x08\x05" + bytes(good_job())[8:])),
     "enqueue: a result as a number": ("EnqueueBatch", b"\x08\x01"),
-    "enqueue: an ack's job id as a number": ("EnqueueBatch", _field(1, _field(1, b"\x08\x07"))),
     "atomic: the outcome as a number": ("EnqueueAtomic", b"\x08\x01"),
-    "drain: a record as a number": ("DrainDeadLetters", b"\x08\x01"),
-    "drain: the cause as a string": (
-        "DrainDeadLetters",
-        _field(1, _field(1, bytes(good_job())) + _field(2, b"x")),
+    "atomic: an ack's job id as a number": (
+        "EnqueueAtomic",
+        _field(1, _field(1, _field(1, b"") + b"\x08\x07")),
     ),
+    "drain: a record as a number": ("DrainDeadLetters", b"\x08\x01"),
     "info: the version as a number": ("GetServerInfo", b"\x08\x01"),
     "info: the server time as a number": ("GetServerInfo", b"\x0a\x01v\x18\x05"),
 }
@@ -191,6 +189,57 @@ async def test_a_field_with_the_wrong_wire_type_is_an_undecodable_reply(
     async with sepp_anyio.connect(server.address) as client:
         with pytest.raises(ServerInternalError, match="wrong wire type"):
             await CALLS[rpc](client)
+
+
+async def test_a_job_whose_id_has_the_wrong_wire_type_is_left_out(
+    server: ScriptedGrpclibServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The jobs of a reserve are decoded one by one: a job whose id is a varint does not
+    decode, has no readable id (so it cannot be dead-lettered), and is logged at ERROR
+    and left out; the good job next to it is delivered."""
+    bad = _field(1, b"\x08\x05" + bytes(good_job())[8:])
+    server.script(
+        replies={"Reserve": raw_reply(pb.ReserveResponse, bad + _field(1, bytes(good_job())))}
+    )
+    async with sepp_anyio.connect(server.address) as client:
+        [job] = await client.reserve(["q"], lease=5, wait=0)
+    assert job.ctx.id == "job-1"
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "Job.id has the wrong wire type" in error and "cannot be dead-lettered" in error
+    assert server.calls("Nack") == 0
+
+
+async def test_a_dead_letter_whose_cause_has_the_wrong_wire_type_is_left_out(
+    server: ScriptedGrpclibServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = _field(1, _field(1, bytes(good_job("d0"))) + _field(2, b"x") + b"\x20\x03")
+    good = _field(1, bytes(pb.DeadLetterRecord(job=good_job("d1"), failed_at=T0)))
+    server.script(replies={"DrainDeadLetters": raw_reply(pb.DrainDeadLettersResponse, bad + good)})
+    async with sepp_anyio.connect(server.address) as client:
+        [record] = await client.drain_dead_letters(max=5)
+    assert record.job_id == "d1"
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "DeadLetterRecord.cause has the wrong wire type" in error
+    # What could be read of it is in the line: it is gone from the server.
+    assert "'d0'" in error and "attempt 3" in error and "queue 'q'" in error
+
+
+async def test_an_ack_whose_job_id_has_the_wrong_wire_type_fails_the_batch_naming_it(
+    server: ScriptedGrpclibServer,
+) -> None:
+    """A batch's results cannot be left out (one per job, in order): an unreadable one
+    fails the call, naming its index and field, and listing the jobs accepted."""
+    ok = _field(1, _field(1, _field(1, b"ok-1")))
+    bad = _field(1, _field(1, b"\x08\x07"))
+    server.script(replies={"EnqueueBatch": raw_reply(pb.EnqueueBatchResponse, ok + bad)})
+    async with sepp_anyio.connect(server.address, retry=RETRYING) as client:
+        with pytest.raises(MalformedResponseError) as caught:
+            await client.enqueue_batch([EnqueueRequest("q", "t")] * 2)
+    message = str(caught.value)
+    assert "result for job 1 cannot be decoded" in message
+    assert "EnqueueResponse.job_id has the wrong wire type" in message
+    assert "accepted 1 job(s): 0: ok-1" in message
+    assert server.calls("EnqueueBatch") == 1
 
 
 async def test_an_extend_reply_with_the_wrong_wire_type(server: ScriptedGrpclibServer) -> None:
@@ -218,22 +267,29 @@ def _job_with_expiry(timestamp: bytes) -> bytes:
         pytest.param(bytes(Timestamp(seconds=253402300800)), id="year 10000"),
     ],
 )
-async def test_a_time_out_of_any_range(server: ScriptedGrpclibServer, timestamp: bytes) -> None:
-    """A Timestamp Python cannot represent makes the whole reply undecodable (betterproto2
-    converts while decoding): the documented undecodable-reply error, for every RPC that
-    carries a time."""
+async def test_a_time_out_of_any_range(
+    server: ScriptedGrpclibServer, timestamp: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Timestamp Python cannot represent makes a reply undecodable (betterproto2
+    converts while decoding): the documented undecodable-reply error naming the field,
+    for every RPC that carries a time; in a reserve only that job is lost (and
+    dead-lettered), since the jobs are decoded one by one."""
     replies = {
         "Reserve": raw_reply(pb.ReserveResponse, _job_with_expiry(timestamp)),
+        "Nack": lambda r: pb.NackResponse(job_id=r.job_id, dead_lettered=True),
         "Extend": raw_reply(pb.ExtendResponse, b"\x0a\x01x" + _field(2, timestamp)),
         "GetServerInfo": raw_reply(pb.GetServerInfoResponse, b"\x0a\x01v" + _field(3, timestamp)),
     }
     async with sepp_anyio.connect(server.address) as client:
         ctx = await _leased_ctx(client, server)
         server.script(replies=replies)
-        with pytest.raises(ServerInternalError, match="could not decode ReserveResponse"):
-            await client.reserve(["q"], lease=5, wait=0)
-        with pytest.raises(ServerInternalError, match="could not decode ExtendResponse"):
+        assert await client.reserve(["q"], lease=5, wait=0) == []
+        [nack] = [e.request for e in server.events if e.method == "Nack"]
+        assert nack.job_id == "bad-time" and nack.retry.dead_letter is not None
+        assert "Job.lease_expires_at: timestamp out of range" in nack.reason
+        with pytest.raises(ServerInternalError, match="could not decode ExtendResponse") as e:
             await ctx.extend(10)
+        assert "ExtendResponse.lease_expires_at: timestamp out of range" in str(e.value)
         with pytest.raises(ServerInternalError, match="could not decode GetServerInfoResponse"):
             await client.server_info()
 
@@ -256,8 +312,9 @@ async def test_durations_out_of_range_in_server_info(server: ScriptedGrpclibServ
     )
     server.script(replies={"GetServerInfo": raw_reply(pb.GetServerInfoResponse, data)})
     async with sepp_anyio.connect(server.address) as client:
-        with pytest.raises(ServerInternalError, match="could not decode"):
+        with pytest.raises(ServerInternalError, match="could not decode") as caught:
             await client.server_info()
+    assert "GetServerInfoResponse.max_wait_timeout: duration out of range" in str(caught.value)
 
 
 @pytest.mark.parametrize("cause", [5, 2**31 - 1, 2**40, 2**64 - 1])

@@ -9,8 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sepp_anyio._grpc._framing import (
+    PREFIX_SIZE,
     STABLE_TIMEOUT_FROM,
     CompressedMessageError,
+    ExtraMessageError,
     MessageDecoder,
     MessageTooLargeError,
     decode_grpc_message,
@@ -79,6 +81,45 @@ def test_empty_message_is_a_message() -> None:
     decoder = MessageDecoder(max_message_size=10)
     decoder.feed(encode_message(b""))
     assert decoder.pop() == b""
+
+
+@given(
+    st.binary(max_size=100),
+    st.binary(min_size=1, max_size=300),
+    st.lists(st.integers(min_value=0), max_size=10),
+)
+def test_decoder_with_one_message_refuses_the_first_byte_after_it(
+    body: bytes, extra: bytes, cuts: list[int]
+) -> None:
+    """A unary response has one message: any byte after it fails at once, and what is
+    held never exceeds that message plus its prefix."""
+    decoder = MessageDecoder(max_message_size=100, max_messages=1)
+    wire = encode_message(body) + extra
+    refused: ExtraMessageError | None = None
+    for chunk in _split(wire, cuts):
+        try:
+            decoder.feed(chunk)
+        except ExtraMessageError as exc:
+            refused = exc
+            break
+        assert decoder.held <= len(body) + PREFIX_SIZE
+    assert refused is not None and "more than 1 message" in str(refused)
+    assert list(decoder.messages) == [body]
+    assert decoder.held == len(body)
+    with pytest.raises(ExtraMessageError):
+        decoder.feed(b"x")
+
+
+@given(st.lists(st.binary(max_size=50), min_size=1, max_size=5))
+def test_decoder_with_one_message_accepts_exactly_one(bodies: list[bytes]) -> None:
+    decoder = MessageDecoder(max_message_size=100, max_messages=1)
+    decoder.feed(encode_message(bodies[0]))
+    decoder.feed(b"")
+    assert decoder.pop() == bodies[0]
+    if len(bodies) > 1:
+        # Popping does not make room: the limit is on the call, not on the queue.
+        with pytest.raises(ExtraMessageError):
+            decoder.feed(encode_message(bodies[1]))
 
 
 @given(st.floats(min_value=1e-9, max_value=1e12, allow_nan=False))

@@ -35,6 +35,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from hpack import NeverIndexedHeaderTuple
 
+from .._error_root import InvalidArgumentError
 from .._version import __version__
 from ._connection import Connection
 from ._metadata import MetadataLike, encode_metadata
@@ -49,6 +50,20 @@ logger = logging.getLogger("sepp_anyio.transport")
 
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 << 20
 USER_AGENT = f"sepp-anyio/{__version__}"
+
+
+# OpenSSL's reasons for a handshake whose answer was not TLS at all (a plaintext HTTP/2
+# server answers a ClientHello with its SETTINGS frame, or a GOAWAY).
+_NOT_TLS_REASONS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL"}
+)
+
+
+def _looks_like_tls(data: bytes) -> bool:
+    """Whether ``data`` starts like a TLS record: a handshake (22) or alert (21), then
+    major version 3. An HTTP/2 frame cannot: its first byte is the high byte of a 24-bit
+    length, 0 for anything a server sends first."""
+    return len(data) >= 2 and data[0] in (21, 22) and data[1] == 3
 
 
 def default_ssl_context(
@@ -95,13 +110,13 @@ class Channel:
         reconnect_backoff_max: float = 5.0,
     ) -> None:
         if max_receive_message_bytes < 1:
-            raise ValueError("max_receive_message_bytes must be at least 1")
+            raise InvalidArgumentError("max_receive_message_bytes must be at least 1")
         if keepalive_interval is not None and not keepalive_interval > 0:
-            raise ValueError("keepalive_interval must be > 0 (or None to disable)")
+            raise InvalidArgumentError("keepalive_interval must be > 0 (or None to disable)")
         if not keepalive_timeout > 0:
-            raise ValueError("keepalive_timeout must be > 0")
+            raise InvalidArgumentError("keepalive_timeout must be > 0")
         if not connect_timeout > 0:
-            raise ValueError("connect_timeout must be > 0")
+            raise InvalidArgumentError("connect_timeout must be > 0")
         self.host = host
         self.port = port
         self._ssl_context = ssl_context
@@ -360,16 +375,26 @@ class Channel:
                 f"timed out after {self._connect_timeout:g}s connecting to {address}",
             ) from None
         except ssl.SSLError as exc:
+            hint = ""
+            if exc.reason in _NOT_TLS_REASONS:
+                hint = f"; the server does not speak TLS; use http://{address} or tls=False"
             raise GRPCError(
-                Status.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}"
+                Status.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}{hint}"
             ) from exc
         except (OSError, anyio.BrokenResourceError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise GRPCError(Status.UNAVAILABLE, f"cannot connect to {address}: {reason}") from exc
         if conn.failure is not None:
+            hint = ""
+            if self._ssl_context is None:
+                if _looks_like_tls(conn.first_bytes):
+                    hint = f"; the server speaks TLS; use https://{address} or tls=True"
+                elif not conn.first_bytes:
+                    # What a TLS server does with a plaintext client's HTTP/2 preface.
+                    hint = f"; if the server uses TLS, use https://{address} or tls=True"
             raise GRPCError(
                 Status.UNAVAILABLE,
-                f"HTTP/2 handshake with {address} failed: {conn.failure.message}",
+                f"HTTP/2 handshake with {address} failed: {conn.failure.message}{hint}",
             )
         logger.debug("connected to %s", address)
         return conn

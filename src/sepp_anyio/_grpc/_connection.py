@@ -17,9 +17,11 @@ Invariants that keep a shared connection healthy:
   caller's own exceptions in an ExceptionGroup.
 * Received DATA is acknowledged (window handed back) as soon as it is parsed.
   Memory stays bounded because each stream refuses a message announced larger
-  than ``max_receive_message_bytes``, and the consumer of a unary call reads
-  everything anyway; waiting for the consumer before acknowledging is what
-  deadlocked the lab prototype on messages larger than the window.
+  than ``max_receive_message_bytes``, and a unary call refuses any byte after
+  its one message (the call fails and its stream is reset with CANCEL, so a
+  hostile server cannot make it buffer more than one message plus its
+  prefix); waiting for the consumer before acknowledging is what deadlocked
+  the lab prototype on messages larger than the window.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ from hyperframe.frame import (
     GoAwayFrame,
 )
 
-from ._framing import CompressedMessageError, MessageDecoder, MessageTooLargeError
+from ._framing import (
+    CompressedMessageError,
+    ExtraMessageError,
+    MessageDecoder,
+    MessageTooLargeError,
+)
 from ._h2quiet import install_quiet_frames
+from ._malformed import MalformedReplyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -491,11 +499,13 @@ class CallState:
         "wanted",
     )
 
-    def __init__(self, stream_id: int, max_message_size: int) -> None:
+    def __init__(
+        self, stream_id: int, max_message_size: int, max_messages: int | None = None
+    ) -> None:
         self.stream_id = stream_id
         self.headers: list[tuple[bytes, bytes]] | None = None
         self.trailers: list[tuple[bytes, bytes]] | None = None
-        self.decoder = MessageDecoder(max_message_size)
+        self.decoder = MessageDecoder(max_message_size, max_messages)
         self.ended = False
         self.reset_code: int | None = None
         # A local verdict on this stream (oversized message, GOAWAY above our
@@ -584,6 +594,9 @@ class Connection:
         self._window_waiters: list[anyio.Event] = []
         self._ping_ack: anyio.Event | None = None
         self._ping_payload = b""
+        # The first bytes the server sent (up to 5): enough to tell a TLS record (a
+        # plaintext client talking to a TLS server) from HTTP/2 when the handshake fails.
+        self.first_bytes = b""
         self._scope: anyio.CancelScope | None = None
         # The channel forgets a connection through this once it has closed.
         self.on_closed: Callable[[Connection], None] | None = None
@@ -728,8 +741,9 @@ class Connection:
 
     # ------------------------------------------------------------ calls
 
-    def open_call(self, stream_id: int) -> CallState:
-        call = CallState(stream_id, self.max_receive_message_bytes)
+    def open_call(self, stream_id: int, *, max_messages: int | None = None) -> CallState:
+        """Track a new stream; ``max_messages=1`` for a unary response."""
+        call = CallState(stream_id, self.max_receive_message_bytes, max_messages)
         self.calls[stream_id] = call
         return call
 
@@ -777,6 +791,8 @@ class Connection:
         try:
             while True:
                 data = await self._stream.receive(_READ_SIZE)
+                if len(self.first_bytes) < 5:
+                    self.first_bytes += data[: 5 - len(self.first_bytes)]
                 events = self.h2.receive_data(data)
                 for event in events:
                     self._dispatch(event)
@@ -887,6 +903,9 @@ class Connection:
             self.reset_call(call)
         except CompressedMessageError as exc:
             call.fail(GRPCError(Status.INTERNAL, str(exc)))
+            self.reset_call(call)
+        except ExtraMessageError as exc:
+            call.fail(MalformedReplyError(str(exc)))
             self.reset_call(call)
         else:
             call.wake()

@@ -20,6 +20,7 @@ from grpclib.const import Status
 
 __all__ = [
     "CompressedMessageError",
+    "ExtraMessageError",
     "MessageDecoder",
     "MessageTooLargeError",
     "decode_grpc_message",
@@ -54,6 +55,18 @@ class CompressedMessageError(Exception):
     """A peer sent a compressed message; we never advertise compression."""
 
 
+class ExtraMessageError(Exception):
+    """A peer sent more messages than the call allows (a unary response has one)."""
+
+    def __init__(self, allowed: int) -> None:
+        super().__init__(
+            f"the server sent more than {allowed} message(s) in a unary response"
+            if allowed == 1
+            else f"the server sent more than {allowed} messages"
+        )
+        self.allowed = allowed
+
+
 class MessageDecoder:
     """Incremental decoder of length-prefixed gRPC messages.
 
@@ -61,22 +74,35 @@ class MessageDecoder:
     completes; ``pop()`` hands them out in order. The announced length is
     checked against ``max_message_size`` as soon as the prefix is complete, so
     an oversized message is refused before its body is buffered.
+
+    With ``max_messages`` (1 for a unary response), a byte arriving after that
+    many whole messages is refused at once, before it is buffered. Together
+    the two bound what one call can make us hold: ``max_messages`` times
+    ``max_message_size`` plus their 5-byte prefixes, whatever the peer sends.
     """
 
-    __slots__ = ("_buffer", "_max", "_need", "messages")
+    __slots__ = ("_allowed", "_buffer", "_max", "_max_messages", "_need", "messages")
 
-    def __init__(self, max_message_size: int) -> None:
+    def __init__(self, max_message_size: int, max_messages: int | None = None) -> None:
         self._buffer = bytearray()
         self._max = max_message_size
         # Body length of the message being assembled, or -1 while the prefix
         # itself is still incomplete.
         self._need = -1
         self.messages: deque[bytes] = deque()
+        self._max_messages = max_messages
+        # Messages still allowed to complete; -1 for no limit.
+        self._allowed = -1 if max_messages is None else max_messages
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a whole message (prefix included)."""
         return len(self._buffer) + (PREFIX_SIZE if self._need >= 0 else 0)
+
+    @property
+    def held(self) -> int:
+        """Bytes held in all: queued messages and the partial one (prefix included)."""
+        return sum(len(message) for message in self.messages) + self.buffered
 
     def feed(self, data: bytes) -> None:
         """Add received bytes.
@@ -84,17 +110,31 @@ class MessageDecoder:
         Raises:
             MessageTooLargeError: a prefix announced more than the limit.
             CompressedMessageError: a prefix had the compressed flag set.
+            ExtraMessageError: a byte arrived after ``max_messages`` messages.
         """
+        if not data:
+            return
+        allowed = self._allowed
+        if allowed == 0:
+            raise ExtraMessageError(self._max_messages or 0)
         buf = self._buffer
         if not buf and self._need < 0 and len(data) >= PREFIX_SIZE:
             # Fast path: the common unary reply arrives as one whole frame.
             flag, length = _PREFIX.unpack_from(data)
             if flag == 0 and length <= self._max and len(data) == PREFIX_SIZE + length:
                 self.messages.append(data[PREFIX_SIZE:])
+                if allowed > 0:
+                    self._allowed = allowed - 1
                 return
         buf += data
         while True:
             if self._need < 0:
+                if not buf:
+                    return
+                if self._allowed == 0:
+                    # Dropped rather than kept: the caller fails the call.
+                    buf.clear()
+                    raise ExtraMessageError(self._max_messages or 0)
                 if len(buf) < PREFIX_SIZE:
                     return
                 flag, length = _PREFIX.unpack_from(buf)
@@ -111,6 +151,8 @@ class MessageDecoder:
             self.messages.append(bytes(buf[: self._need]))
             del buf[: self._need]
             self._need = -1
+            if self._allowed > 0:
+                self._allowed -= 1
 
     def pop(self) -> bytes | None:
         """The next complete message, or None."""

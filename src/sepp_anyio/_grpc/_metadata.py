@@ -14,6 +14,8 @@ from collections.abc import Collection, Mapping
 
 from multidict import MultiDict
 
+from .._error_root import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["MetadataLike", "decode_metadata", "encode_metadata"]
 
 MetadataLike = Mapping[str, str | bytes] | Collection[tuple[str, str | bytes]]
@@ -42,22 +44,26 @@ def encode_metadata(metadata: MetadataLike | None) -> list[tuple[bytes, bytes]]:
             or key in _RESERVED
             or key.startswith("grpc-")
         ):
-            raise ValueError(f"invalid metadata key {key!r}")
+            raise InvalidArgumentError(f"invalid metadata key {key!r}")
         if key.endswith("-bin"):
             if not isinstance(value, bytes | bytearray | memoryview):
-                raise TypeError(f"metadata {key!r} ends in -bin, so its value must be bytes")
+                raise InvalidArgumentTypeError(
+                    f"metadata {key!r} ends in -bin, so its value must be bytes"
+                )
             encoded = base64.b64encode(bytes(value)).rstrip(b"=")
         else:
             if not isinstance(value, str):
-                raise TypeError(f"metadata {key!r} must have a str value (or end in -bin)")
+                raise InvalidArgumentTypeError(
+                    f"metadata {key!r} must have a str value (or end in -bin)"
+                )
             try:
                 encoded = value.encode("ascii")
             except UnicodeEncodeError:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"metadata {key!r} must be printable ASCII (use a -bin key for bytes)"
                 ) from None
             if not _VALUE.fullmatch(encoded):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"metadata {key!r} must be printable ASCII (use a -bin key for bytes)"
                 )
         out.append((key.encode("ascii"), encoded))

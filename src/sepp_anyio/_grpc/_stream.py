@@ -42,6 +42,7 @@ from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
 from .._decoded import check_decoded
+from .._proto_codec import decodes_strictly
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
     decode_grpc_message,
@@ -50,6 +51,7 @@ from ._framing import (
     encode_timeout,
     status_from_http,
 )
+from ._malformed import MalformedReplyError
 from ._metadata import decode_metadata
 
 if TYPE_CHECKING:
@@ -83,12 +85,22 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return None
 
 
+# A grpc-status is 1*DIGIT (the gRPC HTTP/2 spec); more digits than a uint32 has
+# cannot be a real status, and a bound keeps int() away from huge inputs.
+_MAX_STATUS_DIGITS = 10
+
+
 def _raise_for_status(headers: list[tuple[bytes, bytes]]) -> None:
     raw = _header(headers, b"grpc-status")
     if raw is None:
         raise GRPCError(Status.UNKNOWN, "server response carries no grpc-status")
     if raw == b"0":
         return
+    # Strictly ASCII digits (bytes.isdigit() is ASCII-only): int() alone would read
+    # " 14" as UNAVAILABLE (and retry it) and "+0" as OK.
+    if not raw.isdigit() or len(raw) > _MAX_STATUS_DIGITS:
+        shown = raw[:40].decode("latin-1") + ("..." if len(raw) > 40 else "")
+        raise MalformedReplyError(f"the server sent a malformed grpc-status {shown!r}")
     message_raw = _header(headers, b"grpc-message")
     message = decode_grpc_message(message_raw.decode("latin-1")) if message_raw else None
     try:
@@ -321,7 +333,9 @@ class Stream:
             conn.encoder.expect_prefix(key, constant)
             h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
             self._conn = conn
-            call = self._call = conn.open_call(stream_id)
+            call = self._call = conn.open_call(
+                stream_id, max_messages=None if self._cardinality.server_streaming else 1
+            )
             if body is None:
                 self._end_sent = end
             elif len(body) <= min(
@@ -519,7 +533,7 @@ class Stream:
                 return None
         try:
             message = self._recv_type.FromString(data)
-            if isinstance(message, betterproto2.Message):
+            if isinstance(message, betterproto2.Message) and not decodes_strictly(self._recv_type):
                 # betterproto2 lets a wrong wire type through as a field of the wrong type.
                 check_decoded(message)
         except Exception as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._error_root import InvalidArgumentError
+
 __all__ = ["Target", "parse_target"]
 
 DEFAULT_PORT = 50051
@@ -38,32 +40,34 @@ def parse_target(target: str) -> Target:
         if scheme.lower() == "https":
             tls = True
         elif scheme.lower() != "http":
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"target {target!r}: unsupported scheme {scheme!r} (use http:// or https://)"
             )
     text = text.rstrip("/")
     if "/" in text:
-        raise ValueError(f"target {target!r}: a path is not allowed, give host:port")
+        raise InvalidArgumentError(f"target {target!r}: a path is not allowed, give host:port")
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep:
-            raise ValueError(f"target {target!r}: unterminated [IPv6] address")
+            raise InvalidArgumentError(f"target {target!r}: unterminated [IPv6] address")
         port_text = rest[1:] if rest.startswith(":") else rest
         if rest and not rest.startswith(":"):
-            raise ValueError(f"target {target!r}: expected ':port' after the IPv6 address")
+            raise InvalidArgumentError(
+                f"target {target!r}: expected ':port' after the IPv6 address"
+            )
     elif text.count(":") > 1:
         # A bare IPv6 address without brackets and without a port.
         host, port_text = text, ""
     else:
         host, _, port_text = text.partition(":")
     if not host:
-        raise ValueError(f"target {target!r}: the host is empty")
+        raise InvalidArgumentError(f"target {target!r}: the host is empty")
     if port_text == "":
         port = DEFAULT_PORT
     else:
         if not port_text.isascii() or not port_text.isdigit():
-            raise ValueError(f"target {target!r}: port {port_text!r} is not a number")
+            raise InvalidArgumentError(f"target {target!r}: port {port_text!r} is not a number")
         port = int(port_text)
         if not 0 < port < 65536:
-            raise ValueError(f"target {target!r}: port {port} is outside 1-65535")
+            raise InvalidArgumentError(f"target {target!r}: port {port} is outside 1-65535")
     return Target(host=host, port=port, tls=tls)

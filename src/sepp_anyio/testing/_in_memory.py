@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._client import Client, _check_api_key
+from .._error_root import InvalidArgumentTypeError
 from .._types import RetryPolicy
 from ..server import Clock, Engine, ServerConfig, Store
 from ._memory_channel import MemoryChannel
@@ -44,12 +45,14 @@ async def open_in_memory_client(
     """
     if isinstance(config, ServerConfig):
         if sections:
-            raise TypeError("pass either a ServerConfig or config sections, not both")
+            raise InvalidArgumentTypeError(
+                "pass either a ServerConfig or config sections, not both"
+            )
         server_config = config
     else:
         if isinstance(config, str):
             if sections:
-                raise TypeError("pass either TOML text or config sections, not both")
+                raise InvalidArgumentTypeError("pass either TOML text or config sections, not both")
             server_config = ServerConfig.from_toml(config)
         else:
             server_config = ServerConfig.from_toml({**(config or {}), **sections})

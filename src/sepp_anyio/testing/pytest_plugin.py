@@ -21,10 +21,17 @@ fixtures only (no hooks, no options, no change to how tests are collected or run
     A :class:`sepp_anyio.Client` connected to ``sepp_server``, closed after the test.  The
     API key comes from ``SEPP_TEST_API_KEY`` if set.
 
+    It needs real time: on trio's ``MockClock`` (unless it runs at ``rate=1`` without
+    autojump, which is real time) the test fails at once, saying to use
+    ``sepp_in_memory``.  A server in another process runs on the wall clock, so the
+    client's deadlines and keepalive, counted on a virtual clock, would expire at once
+    (or never), and lease expiry on the server could never agree with the test's
+    clock; no deadline rewriting can make both hold.
+
 ``sepp_in_memory`` (function scope, async)
     ``(client, engine)`` from :func:`sepp_anyio.testing.open_in_memory_client`: a fresh
     in-process server with default config, in the test's own event loop (so trio's
-    ``MockClock`` drives its leases and schedules).
+    ``MockClock`` drives its leases and schedules): the fixture for tests on virtual time.
 
 The async fixtures run on the test's anyio backend, asyncio or trio: use them from tests
 marked ``@pytest.mark.anyio`` (anyio's pytest plugin runs them).
@@ -33,8 +40,10 @@ marked ``@pytest.mark.anyio`` (anyio's pytest plugin runs them).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -94,9 +103,39 @@ def sepp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeppTestSe
         server.stop()
 
 
+VIRTUAL_TIME_MESSAGE = (
+    "sepp_client talks to a sepp server in another process, in real time, but this test "
+    "runs on trio's MockClock (virtual time): the client's deadlines would expire at once "
+    "and the server's leases cannot follow the test's clock. Use the sepp_in_memory "
+    "fixture instead: an in-process server on the test's own clock, so MockClock drives "
+    "its leases and schedules too."
+)
+
+
+def _on_virtual_time() -> bool:
+    """Whether the running event loop's clock is not the real one (trio's MockClock,
+    unless at rate 1 without autojump)."""
+    if "trio" not in sys.modules:
+        return False  # a trio run would have imported it; trio need not be installed
+    import trio
+    import trio.testing
+
+    try:
+        clock = trio.lowlevel.current_clock()
+    except RuntimeError:
+        return False  # not in a trio run (asyncio)
+    if not isinstance(clock, trio.testing.MockClock):
+        return False
+    return bool(clock.rate != 1.0 or clock.autojump_threshold != math.inf)
+
+
 @pytest.fixture
 async def sepp_client(sepp_server: SeppTestServer, anyio_backend: object) -> AsyncIterator[Client]:
-    """A client connected to ``sepp_server`` (API key from ``SEPP_TEST_API_KEY``)."""
+    """A client connected to ``sepp_server`` (API key from ``SEPP_TEST_API_KEY``).
+
+    Fails the test at once (pointing to ``sepp_in_memory``) on a virtual clock."""
+    if _on_virtual_time():
+        pytest.fail(VIRTUAL_TIME_MESSAGE, pytrace=False)
     api_key = os.environ.get("SEPP_TEST_API_KEY") or None
     async with connect(sepp_server.address, api_key=api_key) as client:
         yield client
