@@ -45,6 +45,10 @@ pytestmark = [
 #: Retries of transient failures, quick enough for a test (about 1.5 s over 6 tries).
 RETRY = RetryPolicy(max_attempts=6, initial_backoff=0.05, max_backoff=0.5)
 LEASE = 1.0
+#: For scenarios that assert nothing was redelivered: a lease that a slow round trip on a
+#: loaded machine cannot outlast (a settle that really is lost still comes back in 10 s,
+#: well inside every scenario's bound, and is then counted as the redelivery it is).
+SAFE_LEASE = 10.0
 
 
 def _queue() -> str:
@@ -233,7 +237,15 @@ async def test_connection_reset_during_ack(
         async with sepp_anyio.connect(proxy.address, retry=RETRY) as client:
             ledger.instrument(client)
             await ledger.enqueue(client, 30)
-            await _work(client, ledger, shared_db, reset_during_ack, body=body, max_in_flight=1)
+            await _work(
+                client,
+                ledger,
+                shared_db,
+                reset_during_ack,
+                body=body,
+                max_in_flight=1,
+                lease=SAFE_LEASE,
+            )
     report = _finish(ledger, shared_db, f"reset during ack ({direction})")
     assert report.acked == 30
     assert _runs_of(ledger, victim) == [1]
@@ -276,7 +288,9 @@ async def test_connection_reset_during_extend(
         async with sepp_anyio.connect(proxy.address, retry=RETRY) as client:
             ledger.instrument(client)
             await ledger.enqueue(client, 12)
-            worker = await _work(client, ledger, shared_db, body=body, max_in_flight=1)
+            # Long enough for the reconnect and the retried extension on a loaded machine,
+            # short enough that the heartbeat (every third of it) extends during the test.
+            worker = await _work(client, ledger, shared_db, body=body, max_in_flight=1, lease=3.0)
     report = _finish(ledger, shared_db, f"reset during extend ({direction})")
     assert report.acked == 12
     assert _runs_of(ledger, victim) == [1]
@@ -343,7 +357,7 @@ async def test_slow_network_latency_and_bandwidth(
         async with sepp_anyio.connect(proxy.address, retry=RETRY) as client:
             ledger.instrument(client)
             await ledger.enqueue(client, 60)
-            worker = await _work(client, ledger, shared_db, max_in_flight=8)
+            worker = await _work(client, ledger, shared_db, max_in_flight=8, lease=SAFE_LEASE)
     report = _finish(ledger, shared_db, "latency 20 ms + 64 KiB/s")
     assert report.acked == 60
     assert report.redelivered_after_lease_expiry == 0
@@ -400,7 +414,7 @@ async def test_a_burst_of_goaways(tmp_path: Path) -> None:
             async def work(payload: Payload | None, ctx: JobCtx) -> None:
                 await anyio.sleep(0.005)
 
-            worker = await _work(client, ledger, db, goaways, body=work, wait=1.0)
+            worker = await _work(client, ledger, db, goaways, body=work, wait=1.0, lease=SAFE_LEASE)
             channel: Any = client._channel
             # Old connections close once their last call is done; one is left.
             await eventually(
