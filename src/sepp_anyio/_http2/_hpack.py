@@ -184,16 +184,42 @@ class Decoded:
         self.checks: dict[int, tuple[str | None, int]] = {}
 
 
-class HeaderDecoder:
-    """Our side's HPACK decoder: ``hpack.Decoder`` plus a cache of reference-only blocks."""
+def _truncated() -> hpack.HPACKDecodingError:
+    return hpack.HPACKDecodingError("truncated header block")
 
-    __slots__ = ("_cache", "_decoder")
+
+class HeaderDecoder:
+    """Our side's HPACK decoder: ``hpack.Decoder``, walked one representation at a time.
+
+    The block is walked here (RFC 7541 section 6 gives each representation's layout):
+
+    * a one-byte indexed field (the common case) comes from a per-index cache, filled
+      by letting ``hpack`` decode that one byte as a block of its own;
+    * a literal without indexing or never indexed, with plain (not Huffman-coded)
+      strings and a literal or one-byte name index, is read directly: such fields never
+      touch the table;
+    * any other representation (Huffman strings, multi-byte indices, literals with
+      incremental indexing, table size updates) is handed to ``hpack`` as a block of
+      its own, in order, so the table evolves exactly as if hpack had the whole block.
+      One that changes the table empties the caches.
+
+    Whole blocks of one-byte references are also cached by their bytes (see the module
+    docstring).
+    """
+
+    __slots__ = ("_cache", "_decoder", "_indexed", "max_decoded_bytes")
 
     def __init__(self, *, max_decoded_bytes: int, table_size: int) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=max_decoded_bytes)
         self._decoder.max_allowed_table_size = table_size
         self._decoder.header_table_size = table_size
+        self.max_decoded_bytes = max_decoded_bytes
         self._cache: dict[bytes, Decoded] = {}
+        # One-byte index (0x81..0xFE) -> its header, while the table stays the same.
+        self._indexed: dict[int, tuple[bytes, bytes]] = {}
+
+    def _hpack(self, representation: bytes) -> list[tuple[bytes, bytes]]:
+        return self._decoder.decode(representation, raw=True)  # type: ignore[return-value]
 
     def decode(self, block: bytes) -> Decoded:
         """Decode one whole header block.
@@ -208,15 +234,90 @@ class HeaderDecoder:
         decoded = cache.get(block)
         if decoded is not None:
             return decoded
-        headers: Headers = tuple(self._decoder.decode(block, raw=True))
-        size = 32 * len(headers)
-        for name, value in headers:
-            size += len(name) + len(value)
-        decoded = Decoded(headers, size)
-        if len(block) <= _MAX_CACHED_BLOCK and not block.translate(None, _SINGLE_INDEX):
+        indexed = self._indexed
+        headers: list[tuple[bytes, bytes]] = []
+        limit = self.max_decoded_bytes
+        size = 0
+        pos = 0
+        end = len(block)
+        changed = False
+        references_only = True
+        while pos < end:
+            byte = block[pos]
+            if 0x80 < byte < 0xFF:
+                header = indexed.get(byte)
+                if header is None:
+                    header = self._hpack(block[pos : pos + 1])[0]
+                    indexed[byte] = header
+                pos += 1
+            else:
+                references_only = False
+                if byte & 0xE0 == 0x20:
+                    # A dynamic table size update: only before the first field.
+                    if headers:
+                        raise hpack.HPACKDecodingError(
+                            "table size update after the first header field"
+                        )
+                    _, after = _integer(block, pos, 5)
+                    self._hpack(block[pos:after])
+                    indexed.clear()
+                    changed = True
+                    pos = after
+                    continue
+                header, pos, table = self._field(block, pos, byte)
+                if table:
+                    indexed.clear()
+                    changed = True
+            size += len(header[0]) + len(header[1]) + 32
+            if size > limit:
+                raise hpack.OversizedHeaderListError(
+                    f"A header list larger than {limit} has been received"
+                )
+            headers.append(header)
+        if changed:
+            cache.clear()
+        decoded = Decoded(tuple(headers), size)
+        if references_only and end <= _MAX_CACHED_BLOCK:
             if len(cache) >= _MAX_CACHED_BLOCKS:
                 cache.clear()
             cache[block] = decoded
-        elif cache and changes_table(block):
-            cache.clear()
         return decoded
+
+    def _field(self, block: bytes, pos: int, byte: int) -> tuple[tuple[bytes, bytes], int, bool]:
+        """The field representation at ``pos`` (not a one-byte index, not a size update):
+        the header, the position after it, and whether it changed the table."""
+        end = len(block)
+        try:
+            if byte & 0x80:
+                # A multi-byte index (or index 0, which hpack rejects).
+                _, after = _integer(block, pos, 7)
+                return self._hpack(block[pos:after])[0], after, False
+            indexing = bool(byte & 0x40)
+            index, cursor = _integer(block, pos, 6 if indexing else 4)
+            name: bytes | None = None
+            if index == 0:
+                plain = not block[cursor] & 0x80
+                length, cursor = _integer(block, cursor, 7)
+                if plain:
+                    name = block[cursor : cursor + length]
+                cursor += length
+            elif not indexing and index < 0x0F:
+                name = self._indexed_name(index)
+            plain = not block[cursor] & 0x80
+            length, cursor = _integer(block, cursor, 7)
+            after = cursor + length
+        except IndexError:
+            raise _truncated() from None
+        if after > end:
+            raise _truncated()
+        if name is not None and plain and not indexing:
+            return (name, block[cursor:after]), after, False
+        return self._hpack(block[pos:after])[0], after, indexing
+
+    def _indexed_name(self, index: int) -> bytes:
+        byte = 0x80 | index
+        header = self._indexed.get(byte)
+        if header is None:
+            header = self._hpack(bytes((byte,)))[0]
+            self._indexed[byte] = header
+        return header[0]
