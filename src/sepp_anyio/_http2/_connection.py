@@ -385,7 +385,10 @@ class Connection:
         if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
             return 0
         window = stream.send_window
-        return window if window < self._send_window else self._send_window
+        if self._send_window < window:
+            window = self._send_window
+        # (A window can go below 0 when the peer lowers SETTINGS_INITIAL_WINDOW_SIZE.)
+        return window if window > 0 else 0
 
     # ------------------------------------------------------------ output
 
