@@ -357,6 +357,11 @@ class Connection:
         return self._control_frames
 
     @property
+    def buffered_input_bytes(self) -> int:
+        """Bytes of an incomplete frame kept from the last read (at most one frame)."""
+        return len(self._partial)
+
+    @property
     def buffered_header_bytes(self) -> int:
         """Encoded bytes of the header block being assembled from CONTINUATIONs."""
         block = self._block
