@@ -37,10 +37,14 @@ RESPONSE = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 TRAILERS = [(b"grpc-status", b"0")]
 
 
-def raw(kind: int, flags: int, stream_id: int, payload: bytes = b"", length: int | None = None) -> bytes:
+def raw(
+    kind: int, flags: int, stream_id: int, payload: bytes = b"", length: int | None = None
+) -> bytes:
     """A frame built by hand (for frames hyperframe refuses to build)."""
     size = len(payload) if length is None else length
-    return struct.pack(">I", size)[1:] + bytes((kind, flags)) + struct.pack(">I", stream_id) + payload
+    return (
+        struct.pack(">I", size)[1:] + bytes((kind, flags)) + struct.pack(">I", stream_id) + payload
+    )
 
 
 def parse(data: bytes) -> list[Frame]:
@@ -166,7 +170,9 @@ class Peer:
 
     @staticmethod
     def goaway(last_stream_id: int, code: int = 0, debug: bytes = b"") -> bytes:
-        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=code, additional_data=debug)
+        frame = GoAwayFrame(
+            0, last_stream_id=last_stream_id, error_code=code, additional_data=debug
+        )
         return bytes(frame.serialize())
 
     @staticmethod
@@ -174,7 +180,9 @@ class Peer:
         return bytes(PriorityFrame(stream_id, depends_on=depends_on, stream_weight=1).serialize())
 
 
-def client(limits: Limits | None = None, *, settings: dict[int, int] | None = None, **kwargs: Any) -> Connection:
+def client(
+    limits: Limits | None = None, *, settings: dict[int, int] | None = None, **kwargs: Any
+) -> Connection:
     """Our client after the handshake with a peer that sent ``settings``; output cleared."""
     conn = Connection(client_side=True, limits=limits or Limits(), **kwargs)
     conn.data_to_send()
@@ -184,7 +192,9 @@ def client(limits: Limits | None = None, *, settings: dict[int, int] | None = No
     return conn
 
 
-def server(limits: Limits | None = None, *, settings: dict[int, int] | None = None, **kwargs: Any) -> Connection:
+def server(
+    limits: Limits | None = None, *, settings: dict[int, int] | None = None, **kwargs: Any
+) -> Connection:
     """Our server after the client's preface and ``settings``; output cleared."""
     conn = Connection(client_side=False, limits=limits or Limits(), **kwargs)
     conn.data_to_send()

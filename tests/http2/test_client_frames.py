@@ -89,6 +89,11 @@ def open1_reset(conn: Connection) -> None:
     conn.reset_stream(sid)
 
 
+def open1_reset_then_open3(conn: Connection) -> None:
+    open1_reset(conn)
+    conn.open_stream(REQUEST, end_stream=True)
+
+
 @dataclass
 class Case:
     name: str
@@ -106,8 +111,14 @@ CASES = [
     # DATA --------------------------------------------------------------
     Case(
         "response, data, trailers",
-        lambda p: p.headers(1, RESPONSE) + p.data(1, b"abc") + p.headers(1, TRAILERS, end_stream=True),
-        [ResponseReceived(1, RESP, False), DataReceived(1, b"abc", 3, False), TrailersReceived(1, TRAIL)],
+        lambda p: (
+            p.headers(1, RESPONSE) + p.data(1, b"abc") + p.headers(1, TRAILERS, end_stream=True)
+        ),
+        [
+            ResponseReceived(1, RESP, False),
+            DataReceived(1, b"abc", 3, False),
+            TrailersReceived(1, TRAIL),
+        ],
     ),
     Case(
         "trailers-only response",
@@ -318,15 +329,27 @@ CASES = [
     ),
     Case(
         "content-length that the data does not match",
-        lambda p: p.headers(1, [*RESPONSE, (b"content-length", b"5")]) + p.data(1, b"abc", end_stream=True),
-        [ResponseReceived(1, (*RESP, (b"content-length", b"5")), False), reset(1, E.PROTOCOL_ERROR)],
+        lambda p: (
+            p.headers(1, [*RESPONSE, (b"content-length", b"5")])
+            + p.data(1, b"abc", end_stream=True)
+        ),
+        [
+            ResponseReceived(1, (*RESP, (b"content-length", b"5")), False),
+            reset(1, E.PROTOCOL_ERROR),
+        ],
         [rst(1, E.PROTOCOL_ERROR)],
         reason="content-length",
     ),
     Case(
         "content-length that matches",
-        lambda p: p.headers(1, [*RESPONSE, (b"content-length", b"3")]) + p.data(1, b"abc", end_stream=True),
-        [ResponseReceived(1, (*RESP, (b"content-length", b"3")), False), DataReceived(1, b"abc", 3, True)],
+        lambda p: (
+            p.headers(1, [*RESPONSE, (b"content-length", b"3")])
+            + p.data(1, b"abc", end_stream=True)
+        ),
+        [
+            ResponseReceived(1, (*RESP, (b"content-length", b"3")), False),
+            DataReceived(1, b"abc", 3, True),
+        ],
     ),
     Case(
         "response headers over the header-list limit",
@@ -361,13 +384,22 @@ CASES = [
     ),
     Case(
         "headers on a stream we reset are decoded and ignored",
-        lambda p: p.headers(1, [*RESPONSE, (b"x-new", b"1")]) + p.headers(3, [*RESPONSE, (b"x-new", b"1")], end_stream=True),
+        lambda p: (
+            p.headers(1, [*RESPONSE, (b"x-new", b"1")])
+            + p.headers(3, [*RESPONSE, (b"x-new", b"1")], end_stream=True)
+        ),
         [ResponseReceived(3, (*RESP, (b"x-new", b"1")), True)],
-        setup=lambda c: (open1_reset(c), c.open_stream(REQUEST, end_stream=True)) and None,
+        setup=open1_reset_then_open3,
     ),
     Case(
         "header block in CONTINUATIONs",
-        lambda p: (lambda b: p.headers_block(1, b[:2], end_headers=False) + p.continuation(1, b[2:4], end_headers=False) + p.continuation(1, b[4:]))(p.block(RESPONSE + TRAILERS)),
+        lambda p: (
+            lambda b: (
+                p.headers_block(1, b[:2], end_headers=False)
+                + p.continuation(1, b[2:4], end_headers=False)
+                + p.continuation(1, b[4:])
+            )
+        )(p.block(RESPONSE + TRAILERS)),
         [ResponseReceived(1, (*RESP, *TRAIL), False)],
     ),
     Case(
@@ -592,7 +624,10 @@ CASES = [
     Case(
         "two-step goaway",
         lambda p: p.goaway((1 << 31) - 1) + p.goaway(3),
-        [GoAwayReceived(E.NO_ERROR, (1 << 31) - 1, b"", ()), GoAwayReceived(E.NO_ERROR, 3, b"", (5,))],
+        [
+            GoAwayReceived(E.NO_ERROR, (1 << 31) - 1, b"", ()),
+            GoAwayReceived(E.NO_ERROR, 3, b"", (5,)),
+        ],
         setup=open3,
     ),
     Case(
@@ -758,9 +793,10 @@ def test_handshake() -> None:
         ("Settings", 0, (), {2: 0, 4: 1 << 20, 6: 16384}),
         ("WindowUpdate", 0, (), (16 << 20) - 65535),
     ]
-    assert not conn.handshake_complete and not conn.settings_acknowledged
+    before = (conn.handshake_complete, conn.settings_acknowledged)
     events = conn.receive_data(Peer.settings({3: 10}) + Peer.settings(ack=True), 0.0)
     assert events == [RemoteSettingsChanged({3: 10}), SettingsAcknowledged()]
-    assert conn.handshake_complete and conn.settings_acknowledged
+    assert before == (False, False)
+    assert (conn.handshake_complete, conn.settings_acknowledged) == (True, True)
     assert conn.peer_max_concurrent_streams == 10
     assert describe(conn.data_to_send()) == [("Settings", 0, ("ACK",), {})]

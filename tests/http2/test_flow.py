@@ -44,7 +44,12 @@ def test_window_update_after_half_a_stream_window() -> None:
     conn = client(stream_window=65535)
     sid = conn.open_stream(REQUEST, end_stream=True)
     conn.data_to_send()
-    feed(conn, Peer().headers(sid, RESPONSE), Peer.data(sid, b"x" * 16384), Peer.data(sid, b"x" * 16384))
+    feed(
+        conn,
+        Peer().headers(sid, RESPONSE),
+        Peer.data(sid, b"x" * 16384),
+        Peer.data(sid, b"x" * 16384),
+    )
     conn.acknowledge_received_data(16384, sid)
     assert conn.data_to_send() == b""
     conn.acknowledge_received_data(16384, sid)
@@ -78,7 +83,11 @@ def test_padding_counts_against_the_window() -> None:
     conn = client(stream_window=65535)
     sid = conn.open_stream(REQUEST, end_stream=True)
     conn.data_to_send()
-    events = feed(conn, Peer().headers(sid, RESPONSE), *(Peer.data(sid, b"x" * 200, pad=255) for _ in range(143)))
+    events = feed(
+        conn,
+        Peer().headers(sid, RESPONSE),
+        *(Peer.data(sid, b"x" * 200, pad=255) for _ in range(143)),
+    )
     assert all(not isinstance(event, StreamReset) for event in events)
     # Each frame takes 456 bytes of window: 143 of them fit in 65535, the next does not.
     events = feed(conn, Peer.data(sid, b"x" * 200, pad=255))

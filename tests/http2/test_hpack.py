@@ -18,14 +18,21 @@ values = st.one_of(
 header = st.tuples(names, values)
 # (headers, never indexed?, huffman?) blocks, and table size changes between them.
 blocks = st.lists(
-    st.tuples(st.lists(header, max_size=5), st.booleans(), st.booleans(), st.sampled_from([None, None, None, 0, 100, 4096])),
+    st.tuples(
+        st.lists(header, max_size=5),
+        st.booleans(),
+        st.booleans(),
+        st.sampled_from([None, None, None, 0, 100, 4096]),
+    ),
     max_size=25,
 )
 
 
 @settings(max_examples=60, deadline=None)
 @given(blocks)
-def test_decoder_matches_hpack(script: list[tuple[list[tuple[bytes, bytes]], bool, bool, int | None]]) -> None:
+def test_decoder_matches_hpack(
+    script: list[tuple[list[tuple[bytes, bytes]], bool, bool, int | None]],
+) -> None:
     encoder = hpack.Encoder()
     reference = hpack.Decoder()
     ours = HeaderDecoder(max_decoded_bytes=1 << 20, table_size=4096)

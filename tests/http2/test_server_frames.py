@@ -62,7 +62,11 @@ CASES = [
     Case(
         "request trailers",
         lambda p: p.headers(1, REQUEST) + p.data(1, b"x") + p.headers(1, TRAILERS, end_stream=True),
-        [RequestReceived(1, REQ, False), DataReceived(1, b"x", 1, False), TrailersReceived(1, tuple(TRAILERS))],
+        [
+            RequestReceived(1, REQ, False),
+            DataReceived(1, b"x", 1, False),
+            TrailersReceived(1, tuple(TRAILERS)),
+        ],
     ),
     Case(
         "request trailers without END_STREAM",
@@ -210,7 +214,11 @@ CASES = [
     Case(
         "connection error after requests",
         lambda p: p.headers(1, REQUEST) + p.headers(3, REQUEST) + raw(0x6, 0, 0, b"1"),
-        [RequestReceived(1, REQ, False), RequestReceived(3, REQ, False), terminated(E.FRAME_SIZE_ERROR, 3)],
+        [
+            RequestReceived(1, REQ, False),
+            RequestReceived(3, REQ, False),
+            terminated(E.FRAME_SIZE_ERROR, 3),
+        ],
         [goaway(E.FRAME_SIZE_ERROR, 3)],
         closed=True,
     ),

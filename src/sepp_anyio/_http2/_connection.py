@@ -112,6 +112,7 @@ __all__ = ["MAX_STREAM_ID", "Connection"]
 #: The largest stream id (31 bits).
 MAX_STREAM_ID = (1 << 31) - 1
 DEFAULT_LIMITS = Limits()
+_MAX_SETTING = (1 << 32) - 1
 # Keepalive enforcement without open streams when such pings are not permitted
 # (grpc-go's fixed value).
 _IDLE_PING_MIN_TIME = 7200.0
@@ -264,12 +265,15 @@ class Connection:
         if client_side:
             settings[SettingCode.ENABLE_PUSH] = 0
         else:
-            settings[SettingCode.MAX_CONCURRENT_STREAMS] = limits.max_concurrent_streams
+            # (A SETTINGS value has 32 bits: a larger limit is advertised as the largest.)
+            settings[SettingCode.MAX_CONCURRENT_STREAMS] = min(
+                limits.max_concurrent_streams, _MAX_SETTING
+            )
         if stream_window != DEFAULT_WINDOW:
             settings[SettingCode.INITIAL_WINDOW_SIZE] = stream_window
         if limits.max_frame_size != DEFAULT_MAX_FRAME_SIZE:
             settings[SettingCode.MAX_FRAME_SIZE] = limits.max_frame_size
-        settings[SettingCode.MAX_HEADER_LIST_SIZE] = limits.max_header_list_size
+        settings[SettingCode.MAX_HEADER_LIST_SIZE] = min(limits.max_header_list_size, _MAX_SETTING)
         if client_side:
             self._queue(F.CLIENT_PREFACE)
         self._queue(F.settings(settings))
@@ -353,7 +357,9 @@ class Connection:
 
     @property
     def queued_control_frames(self) -> int:
-        """Control frames queued and not yet taken by :meth:`data_to_send`."""
+        """Control frames queued in reply to the peer (ACKs, RST_STREAM for its errors,
+        refunds) and not yet taken by :meth:`data_to_send`; frames the caller asked for
+        do not count."""
         return self._control_frames
 
     @property
@@ -369,13 +375,16 @@ class Connection:
 
     @property
     def reset_budget(self) -> float:
-        """Server role: what is left of the rapid-reset budget (as of the last
-        ``receive_data``)."""
+        """Server role: what is left of the rapid-reset budget (refilled up to the
+        ``now`` of the last ``receive_data``)."""
+        self._reset_budget.refill(self._now)
         return self._reset_budget.tokens
 
     @property
     def glitch_budget(self) -> float:
-        """What is left of the glitch budget (as of the last ``receive_data``)."""
+        """What is left of the glitch budget (refilled up to the ``now`` of the last
+        ``receive_data``)."""
+        self._glitches.refill(self._now)
         return self._glitches.tokens
 
     @property
@@ -1328,7 +1337,6 @@ class Connection:
         self._resets.add(stream_id)
         self._out.append(F.rst_stream(stream_id, code))
         self._out_bytes += 13
-        self._control_frames += 1
         return True
 
     def release_stream(self, stream_id: int) -> None:
@@ -1363,9 +1371,9 @@ class Connection:
         self._queue_update(stream_id, unacked)
 
     def _queue_update(self, stream_id: int, increment: int) -> None:
+        # (Not counted as a reply: each one needs half a window of DATA first.)
         self._out.append(F.window_update(stream_id, increment))
         self._out_bytes += 13
-        self._control_frames += 1
 
     def send_ping(self, data: bytes) -> None:
         """Send a PING with an 8-byte payload; its ACK comes as :class:`PingAcknowledged`.
