@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,17 +88,10 @@ def test_decoder_caches_reference_blocks_until_the_table_changes() -> None:
 
 
 def test_oversized_list_is_refused_by_the_decoder() -> None:
-    encoder = hpack.Encoder()
     ours = HeaderDecoder(max_decoded_bytes=1000, table_size=4096)
-    encoder.encode([(b"x-a", b"v" * 400)])
-    ours_block = encoder.encode([(b"x-a", b"v" * 400)] * 3)
-    try:
-        ours.decode(hpack.Encoder().encode([(b"x-a", b"v" * 400)] * 3))
-    except hpack.OversizedHeaderListError:
-        pass
-    else:
-        raise AssertionError("no error")
-    assert ours_block
+    block = hpack.Encoder().encode([(b"x-a", b"v" * 400)] * 3)
+    with pytest.raises(hpack.OversizedHeaderListError):
+        ours.decode(block)
 
 
 @settings(max_examples=50, deadline=None)

@@ -160,8 +160,9 @@ class StreamReset(Event):
 
 
 class WindowUpdated(Event):
-    """The peer granted ``delta`` more send window (``stream_id`` 0: the connection's),
-    or changed SETTINGS_INITIAL_WINDOW_SIZE (``stream_id`` 0): blocked senders may go on."""
+    """The peer granted ``delta`` more send window (``stream_id`` 0: the connection's):
+    blocked senders may go on. (A change of SETTINGS_INITIAL_WINDOW_SIZE comes as
+    :class:`RemoteSettingsChanged` instead; it moves every stream's window.)"""
 
     __slots__ = ("delta", "stream_id")
 
