@@ -84,7 +84,7 @@ def test_reset_memory_is_bounded_in_time_and_number() -> None:
     resets.stamp(10.0)
     resets.add(9)
     resets.stamp(10.5)
-    assert list(resets._ids.items()) == [(5, 10.0), (7, 10.0), (9, 10.5)]
+    assert list(resets.ids.items()) == [(5, 10.0), (7, 10.0), (9, 10.5)]
     resets.stamp(11.2)
     assert 5 not in resets and 9 in resets
     resets.stamp(12.0)

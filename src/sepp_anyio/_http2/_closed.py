@@ -24,23 +24,24 @@ _UNSTAMPED = -1.0
 class ResetStreams:
     """Stream ids we reset recently, oldest first."""
 
-    __slots__ = ("_ids", "_unstamped", "limit", "ttl")
+    __slots__ = ("_unstamped", "ids", "limit", "ttl")
 
     def __init__(self, *, ttl: float, limit: int) -> None:
         self.ttl = ttl
         self.limit = limit
-        self._ids: dict[int, float] = {}
+        #: Stream id -> the ``now`` it was stamped with (insertion order: oldest first).
+        self.ids: dict[int, float] = {}
         self._unstamped = False
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self.ids)
 
     def __contains__(self, stream_id: int) -> bool:
-        return stream_id in self._ids
+        return stream_id in self.ids
 
     def add(self, stream_id: int) -> None:
         """Remember ``stream_id``; forget the oldest one if over the limit."""
-        ids = self._ids
+        ids = self.ids
         ids[stream_id] = _UNSTAMPED
         self._unstamped = True
         while len(ids) > self.limit:
@@ -48,7 +49,7 @@ class ResetStreams:
 
     def stamp(self, now: float) -> None:
         """Stamp the resets since the last call with ``now``; forget the expired ones."""
-        ids = self._ids
+        ids = self.ids
         if self._unstamped:
             self._unstamped = False
             for stream_id in reversed(ids):

@@ -125,6 +125,7 @@ _END_HEADERS = F.END_HEADERS
 _PADDED = F.PADDED
 _PRIORITY_FLAG = F.PRIORITY_FLAG
 _ACK = F.ACK
+_BARE_HEADERS = F.END_HEADERS | F.PADDED | F.PRIORITY_FLAG
 _unpack_header = F.HEADER.unpack_from
 _pack_header = F.HEADER.pack
 
@@ -453,7 +454,7 @@ class Connection:
             return events
         self._now = now
         self._new_streams_read = 0
-        if len(self._resets):
+        if self._resets.ids:
             self._resets.stamp(now)
         if type(data) is not bytes:
             data = bytes(data)
@@ -504,6 +505,8 @@ class Connection:
         incomplete one starts (its header, if whole, has been checked)."""
         size = len(buf)
         max_frame = self._max_inbound_frame
+        streams = self._streams
+        inbound = self._inbound
         while size - pos >= 9:
             high, low, kind, flags, stream_id = _unpack_header(buf, pos)
             length = (high << 8) | low
@@ -514,9 +517,38 @@ class Connection:
                 break
             stream_id &= 0x7FFFFFFF
             if kind == _DATA:
-                self._on_data(buf, pos + 9, end, flags, stream_id, events)
+                # The common case inline: unpadded, non-empty (or final) DATA on a stream
+                # that takes it, within both windows, without a content-length to check.
+                # Anything else takes _on_data, which does the same and all the rest.
+                stream = streams.get(stream_id)
+                if (
+                    stream is not None
+                    and not flags & _PADDED
+                    and (length or flags & _END_STREAM)
+                    and (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL)
+                    and length <= inbound.available
+                    and length <= stream.recv_available
+                    and stream.content_length < 0
+                ):
+                    inbound.available -= length
+                    stream.recv_available -= length
+                    self._empty_run = 0
+                    if flags & _END_STREAM:
+                        self._end_remote(stream)
+                        events.append(DataReceived(stream_id, buf[pos + 9 : end], length, True))
+                    else:
+                        events.append(DataReceived(stream_id, buf[pos + 9 : end], length, False))
+                else:
+                    self._on_data(buf, pos + 9, end, flags, stream_id, events)
             elif kind == _HEADERS:
-                self._on_headers(buf, pos + 9, end, flags, stream_id, events)
+                if stream_id and flags & _BARE_HEADERS == _END_HEADERS:
+                    # A whole header block without padding or priority (the common case).
+                    self._empty_run = 0
+                    self._on_header_block(
+                        stream_id, bool(flags & _END_STREAM), buf[pos + 9 : end], events
+                    )
+                else:
+                    self._on_headers(buf, pos + 9, end, flags, stream_id, events)
             else:
                 self._on_other(kind, buf, pos + 9, end, flags, stream_id, events)
             pos = end
