@@ -164,6 +164,7 @@ def test_initial_window_size_overflowing_a_stream_is_a_connection_error() -> Non
 def test_window_updated_events_wake_senders() -> None:
     conn = server()
     conn.receive_data(Peer().headers(1, REQUEST, end_stream=True), 0.0)
+    conn.send_headers(1, RESPONSE)
     assert conn.send_data(1, b"x" * 70000) == 65535
     events = conn.receive_data(Peer.window_update(0, 10) + Peer.window_update(1, 10), 0.0)
     assert events == [WindowUpdated(0, 10), WindowUpdated(1, 10)]

@@ -235,6 +235,7 @@ def test_pause_reading_over_the_output_bound(limit_on: bool) -> None:
         Peer.settings({4: (1 << 31) - 1}) + Peer.window_update(0, (1 << 31) - 65536), 0.0
     )
     conn.receive_data(Peer().headers(1, REQUEST, end_stream=True), 0.0)
+    conn.send_headers(1, RESPONSE)
     conn.send_data(1, b"x" * (1 << 20))
     assert conn.pending_output_bytes > 1 << 20
     assert conn.should_pause_reading is limit_on
@@ -452,6 +453,7 @@ def test_keepalive_without_streams_when_not_permitted() -> None:
 def test_keepalive_strikes_reset_when_we_send() -> None:
     conn = server()
     conn.receive_data(Peer().headers(1, REQUEST), 0.0)
+    conn.send_headers(1, RESPONSE)
     for second in range(20):
         conn.receive_data(Peer.ping(), float(second))
         conn.send_data(1, b"x")

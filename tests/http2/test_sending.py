@@ -20,7 +20,7 @@ from sepp_anyio._http2 import (
     TooManyStreamsError,
 )
 
-from ._support import REQUEST, RESPONSE, TRAILERS, Peer, client, describe, feed, parse, server
+from ._support import REQUEST, RESPONSE, TRAILERS, Peer, client, describe, feed, parse, raw, server
 
 
 def closed(conn: Connection) -> bool:
@@ -308,3 +308,47 @@ def test_server_error_goaway_closes() -> None:
     conn.send_goaway(ErrorCode.ENHANCE_YOUR_CALM, debug_data=b"bye")
     assert describe(conn.data_to_send()) == [("GoAway", 0, (), 0, ErrorCode.ENHANCE_YOUR_CALM)]
     assert conn.closed
+
+
+def test_no_sending_after_a_connection_error() -> None:
+    conn = client()
+    sid = conn.open_stream(REQUEST)
+    conn.receive_data(raw(0x6, 0, 0, b"1"), 0.0)  # a 1-byte PING: connection error
+    assert conn.closed
+    with pytest.raises(ConnectionClosedError):
+        conn.send_data(sid, b"x")
+    with pytest.raises(ConnectionClosedError):
+        conn.send_headers(sid, TRAILERS, end_stream=True)
+    assert conn.reset_stream(sid) is False
+
+
+def test_data_before_response_headers_is_refused() -> None:
+    conn = server()
+    conn.receive_data(Peer().headers(1, REQUEST, end_stream=True), 0.0)
+    with pytest.raises(LocalProtocolError, match="before the response headers"):
+        conn.send_data(1, b"x")
+
+
+def test_a_server_refuses_a_request_before_its_body() -> None:
+    conn = server(stream_window=65535, connection_window=65535)
+    peer = Peer()
+    events = feed(conn, peer.headers(1, REQUEST))
+    assert events == [RequestReceived(1, tuple(REQUEST), False)]
+    assert conn.reset_stream(1, ErrorCode.REFUSED_STREAM)
+    conn.release_stream(1)
+    assert describe(conn.data_to_send()) == [("RstStream", 1, (), ErrorCode.REFUSED_STREAM)]
+    # The body the client sent meanwhile is dropped, and its credit handed back.
+    for _ in range(4):
+        assert feed(conn, Peer.data(1, b"x" * 16384)) == []
+    assert describe(conn.data_to_send()) == [("WindowUpdate", 0, (), 32768)] * 2
+    # (Our own reset does not count against the rapid-reset budget.)
+    assert conn.reset_budget == 200
+
+
+def test_max_concurrent_streams_unlimited_when_the_server_sets_none() -> None:
+    conn = Connection(client_side=True)
+    assert conn.peer_max_concurrent_streams == 100
+    conn.receive_data(Peer.settings({4: 65535}), 0.0)
+    assert conn.peer_max_concurrent_streams == 1 << 32
+    conn.receive_data(Peer.settings({3: 5}), 0.0)
+    assert conn.peer_max_concurrent_streams == 5

@@ -1024,6 +1024,9 @@ class Connection:
         if not self._settings_received:
             self._settings_received = True
             self._careful = self._block is not None
+            if SettingCode.MAX_CONCURRENT_STREAMS not in changed:
+                # Assumed only until the peer's SETTINGS: without the setting, no limit.
+                peer.max_concurrent_streams = UNLIMITED
         delta = peer.initial_window_size - old_window
         if delta:
             for stream in self._streams.values():
@@ -1266,10 +1269,12 @@ class Connection:
 
         Raises:
             StreamClosedError: the stream is not open for sending.
-            LocalProtocolError: trailers without ``end_stream``, or a client's first
-                headers (use :meth:`open_stream`).
+            LocalProtocolError: trailers without ``end_stream``.
             HeaderListTooLargeError: over the peer's MAX_HEADER_LIST_SIZE.
+            ConnectionClosedError: the connection is closed.
         """
+        if self._closed:
+            raise ConnectionClosedError("the connection is closed")
         stream = self._streams.get(stream_id)
         if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
             raise StreamClosedError(stream_id, "sending headers")
@@ -1303,10 +1308,16 @@ class Connection:
 
         Raises:
             StreamClosedError: the stream is not open for sending.
+            LocalProtocolError: a server's DATA before its response headers.
+            ConnectionClosedError: the connection is closed.
         """
+        if self._closed:
+            raise ConnectionClosedError("the connection is closed")
         stream = self._streams.get(stream_id)
         if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
             raise StreamClosedError(stream_id, "sending data")
+        if not stream.headers_sent:
+            raise LocalProtocolError("DATA before the response headers")
         size = len(data)
         allowed = stream.send_window
         if self._send_window < allowed:
@@ -1352,6 +1363,7 @@ class Connection:
 
         Raises:
             StreamClosedError: the stream is not open for sending.
+            ConnectionClosedError: the connection is closed.
         """
         self.send_data(stream_id, b"", end_stream=True)
 
