@@ -454,10 +454,14 @@ def test_keepalive_strikes_reset_when_we_send() -> None:
     conn = server()
     conn.receive_data(Peer().headers(1, REQUEST), 0.0)
     conn.send_headers(1, RESPONSE)
-    for second in range(20):
-        conn.receive_data(Peer.ping(), float(second))
-        conn.send_data(1, b"x")
+    for second in (0.0, 1.0, 2.0):  # the first is free, then two strikes
+        conn.receive_data(Peer.ping(), second)
+    conn.send_data(1, b"x")  # our DATA: strikes start over at the next PING
+    for second in (3.0, 4.0, 5.0):
+        conn.receive_data(Peer.ping(), second)
     assert not conn.closed
+    conn.receive_data(Peer.ping(), 6.0)
+    assert conn.closed
 
 
 def test_a_client_does_not_enforce_keepalive() -> None:
