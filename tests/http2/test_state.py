@@ -79,12 +79,16 @@ def test_streams_leave_the_connection_when_closed() -> None:
 def test_reset_memory_is_bounded_in_time_and_number() -> None:
     resets = ResetStreams(ttl=1.0, limit=3)
     for stream_id in (1, 3, 5, 7):
-        resets.add(stream_id)
+        resets.add(stream_id, 100)
     assert 1 not in resets and len(resets) == 3
     resets.stamp(10.0)
-    resets.add(9)
+    resets.add(9, 100)
     resets.stamp(10.5)
-    assert list(resets.ids.items()) == [(5, 10.0), (7, 10.0), (9, 10.5)]
+    assert [(sid, entry[0]) for sid, entry in resets.ids.items()] == [
+        (5, 10.0),
+        (7, 10.0),
+        (9, 10.5),
+    ]
     resets.stamp(11.2)
     assert 5 not in resets and 9 in resets
     resets.stamp(12.0)
@@ -104,3 +108,35 @@ def test_late_frames_on_a_reset_stream_ignored_then_forgotten() -> None:
     assert conn.receive_data(Peer.data(sid, b"late"), 101.5) == []
     assert conn.remembered_resets == 1  # the RST_STREAM(STREAM_CLOSED) we just sent
     assert describe(conn.data_to_send()) == [("RstStream", 1, (), 5)]
+
+
+def test_reset_memory_knows_what_was_in_flight() -> None:
+    resets = ResetStreams(ttl=1.0, limit=10)
+    resets.add(1, 100)
+    assert resets.late_data(3, 10) is None
+    assert resets.late_data(1, 60) is True
+    assert resets.late_data(1, 40) is True
+    assert resets.late_data(1, 1) is False
+    assert resets.late_headers(1) is True
+    assert resets.late_headers(1) is True
+    assert resets.late_headers(1) is False
+
+
+def test_cancelled_calls_with_responses_in_flight_cost_no_glitches() -> None:
+    """300 calls cancelled with a 64 KiB response each still arriving: no glitch."""
+    conn = client(stream_window=65535, connection_window=(1 << 31) - 1, settings={3: 1000})
+    peer = Peer()
+    sids = [conn.open_stream(REQUEST, end_stream=True) for _ in range(300)]
+    for sid in sids:
+        conn.reset_stream(sid)
+    for sid in sids:
+        late = peer.headers(sid, RESPONSE) + b"".join(
+            Peer.data(sid, b"x" * 16383) for _ in range(4)
+        )
+        late += peer.headers(sid, TRAILERS, end_stream=True)
+        assert conn.receive_data(late, 0.0) == []
+    assert conn.glitch_budget == 1000
+    assert not conn.closed
+    # Beyond what was in flight, it is abuse again.
+    conn.receive_data(Peer.data(sids[-1], b"x" * 100), 0.0)
+    assert conn.glitch_budget == 999

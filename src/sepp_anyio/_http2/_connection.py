@@ -663,7 +663,7 @@ class Connection:
         stream = self._streams.get(stream_id)
         if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL):
             self._refund(length)
-            self._frame_on_closed(stream_id, stream, "DATA", events)
+            self._frame_on_closed(stream_id, stream, "DATA", events, length)
             return
         if length > stream.recv_available:
             self._refund(length)
@@ -696,9 +696,15 @@ class Connection:
             self._reply(F.window_update(0, increment))
 
     def _frame_on_closed(
-        self, stream_id: int, stream: Stream | None, what: str, events: list[Event]
+        self,
+        stream_id: int,
+        stream: Stream | None,
+        what: str,
+        events: list[Event],
+        length: int = -1,
     ) -> None:
-        """DATA or HEADERS (already decoded) on a stream that does not take them."""
+        """DATA (of ``length`` flow-controlled bytes) or HEADERS (already decoded,
+        ``length`` -1) on a stream that does not take them."""
         if stream_id == 0:
             raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, f"{what} on stream 0")
         if stream is not None:
@@ -709,12 +715,18 @@ class Connection:
             return
         if self._is_idle(stream_id):
             raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, f"{what} on idle stream {stream_id}")
-        if stream_id in self._resets:
-            # Sent before the peer saw our reset (RFC 9113 section 5.1): ignore.
-            self._glitch(f"{what} on a stream we reset")
+        resets = self._resets
+        late = (
+            resets.late_data(stream_id, length) if length >= 0 else resets.late_headers(stream_id)
+        )
+        if late is not None:
+            # Sent before the peer saw our reset (RFC 9113 section 5.1): ignored. More
+            # than it can have had in flight is abuse.
+            if not late:
+                self._glitch(f"{what} on a stream we reset, beyond what was in flight")
             return
         self._glitch(f"{what} on a closed stream")
-        self._reset_closed(stream_id, ErrorCode.STREAM_CLOSED)
+        self._reset_closed(stream_id, ErrorCode.STREAM_CLOSED, 0)
 
     # HEADERS and CONTINUATION ----------------------------------------------
 
@@ -876,7 +888,7 @@ class Connection:
         goaway = self._goaway_sent
         if goaway is not None and stream_id > goaway:
             # Not processed, as our GOAWAY said; later frames on it are ignored too.
-            self._resets.add(stream_id)
+            self._resets.add(stream_id, self._stream_window)
             return
         self._new_streams_read += 1
         if self._new_streams_read > limits.max_new_streams_per_read:
@@ -916,7 +928,7 @@ class Connection:
 
     def _refuse(self, stream_id: int, code: ErrorCode) -> None:
         """Server role: reset a new stream before handing it over."""
-        self._reset_closed(stream_id, code)
+        self._reset_closed(stream_id, code, self._stream_window)
 
     # Other frames ----------------------------------------------------------
 
@@ -1099,7 +1111,8 @@ class Connection:
                     unprocessed.append(other)
             for other in unprocessed:
                 del self._streams[other]
-                self._resets.add(other)
+                # (The peer will send nothing more on them.)
+                self._resets.add(other, 0)
         events.append(
             GoAwayReceived(error_code(code), last, buf[start + 8 : end], tuple(unprocessed))
         )
@@ -1116,11 +1129,12 @@ class Connection:
         del self._streams[stream_id]
         stream.advance(SEND_RST)
         events.append(StreamReset(stream_id, code, False, reason))
-        self._reset_closed(stream_id, code)
+        self._reset_closed(stream_id, code, stream.recv_available)
 
-    def _reset_closed(self, stream_id: int, code: ErrorCode) -> None:
-        """Queue RST_STREAM for a stream no longer in the dict, for a peer's error."""
-        self._resets.add(stream_id)
+    def _reset_closed(self, stream_id: int, code: ErrorCode, window: int) -> None:
+        """Queue RST_STREAM for a stream no longer in the dict, for a peer's error; the
+        peer may still have ``window`` bytes of DATA in flight on it."""
+        self._resets.add(stream_id, window)
         self._reply(F.rst_stream(stream_id, code))
         if not self.client_side:
             self._spend_reset_budget()
@@ -1378,7 +1392,7 @@ class Connection:
         if stream is None or self._closed:
             return False
         stream.advance(SEND_RST)
-        self._resets.add(stream_id)
+        self._resets.add(stream_id, stream.recv_available)
         self._out.append(F.rst_stream(stream_id, code))
         self._out_bytes += 13
         return True
