@@ -30,20 +30,24 @@ __all__ = [
     "PUSH_PROMISE",
     "RST_STREAM",
     "SETTINGS",
+    "SETTINGS_ACK",
     "WINDOW_UPDATE",
     "frame",
     "goaway",
-    "header",
     "ping",
     "rst_stream",
     "settings",
+    "unpack_settings",
+    "unpack_u32",
+    "unpack_u32_pair",
     "window_update",
 ]
 
 #: The 24 bytes a client sends first (RFC 9113 section 3.4).
 CLIENT_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-#: The frame header: length as 16 + 8 bits, type, flags, stream id.
+#: The frame header: length as 16 + 8 bits, type, flags, stream id (with its reserved
+#: bit, which the receiver masks off).
 HEADER = struct.Struct(">HBBBL")
 
 # Frame types (RFC 9113 section 6).
@@ -71,11 +75,6 @@ _SETTING = struct.Struct(">HL")
 _PACK_HEADER = HEADER.pack
 
 
-def header(length: int, kind: int, flags: int, stream_id: int) -> bytes:
-    """The 9-byte header of a frame with a ``length``-byte payload."""
-    return _PACK_HEADER(length >> 8, length & 0xFF, kind, flags, stream_id)
-
-
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     """A whole frame: header and payload."""
     length = len(payload)
@@ -89,6 +88,7 @@ def settings(values: dict[int, int]) -> bytes:
     )
 
 
+#: The SETTINGS frame that acknowledges the peer's.
 SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 
 
