@@ -44,7 +44,13 @@ class JobRun:
     """
 
     ctx: JobCtx
+    #: The job's scope: the handler and its heartbeat. Cancelled when the lease is lost.
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: The handler's own scope inside it, when there is a heartbeat: a shutdown cancels
+    #: only the handler, so the lease stays extended until the handler has returned (one
+    #: that ignores the cancellation must not lose its job to another worker meanwhile,
+    #: and its nack needs the lease). None without a heartbeat: ``scope`` is cancelled.
+    handler_scope: anyio.CancelScope | None = None
     #: Set before the scope is cancelled because the lease is (or may be) gone.
     lease_lost: bool = False
     lost_reason: str = ""
@@ -76,7 +82,7 @@ class JobRun:
         if self.handler_done or self.lease_lost or self.stop_reason is not None:
             return False
         self.stop_reason = reason
-        self.scope.cancel()
+        (self.handler_scope or self.scope).cancel()
         return True
 
 

@@ -46,7 +46,8 @@ worker), then drains: in-flight jobs finish, their leases still extended. With
 ``drain_timeout``, handlers still running when it passes are cancelled and
 their jobs nacked for immediate retry (``RetryDirective.after(0)``), so
 another worker can pick them up without waiting for the lease to expire.
-A handler that ignores its cancellation holds the drain (and ``run()``) until it returns.
+A handler that ignores its cancellation holds the drain (and ``run()``) until it returns,
+its lease still extended, so that no other worker gets the job meanwhile.
 
 Misconfiguration: until one reserve of a ``run()`` has succeeded, a reserve refused with
 :class:`~sepp_anyio.UnauthenticatedError` (a missing or wrong API key) or
@@ -918,6 +919,8 @@ class Worker:
         self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
     ) -> None:
         run = JobRun(job.ctx)
+        if self._auto_extend or self._max_lease_time is not None:
+            run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
         self._max_seen = max(self._max_seen, len(self._runs))
         tg.start_soon(self._job_task, limiter, token, job, run, name=f"sepp job {job.ctx.id}")
@@ -1005,8 +1008,10 @@ class Worker:
                             log=log,
                         )
                     )
+                    assert run.handler_scope is not None
                     try:
-                        directive, reason = await self._call(handler, job, run, log, span)
+                        with run.handler_scope:
+                            directive, reason = await self._call(handler, job, run, log, span)
                     finally:
                         # The heartbeat lives exactly as long as the handler.
                         tg.cancel_scope.cancel()
