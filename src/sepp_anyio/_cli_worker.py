@@ -469,11 +469,11 @@ def _refusals_explained(worker: Worker) -> Iterator[None]:
             EXIT_FAILURE,
         ) from None
     except UnknownQueuesError as exc:
-        detail = f" ({exc.status_message})" if exc.status_message else ""
+        detail = exc.status_message or "some queue(s) are not declared"
         raise CliError(
-            f"the server runs with strict queues and does not declare every queue the worker "
-            f"reserves from ({queues}){detail}; declare them in the server's configuration "
-            '([[queues]] name = "...") or reserve from declared queues only',
+            f"the server (strict mode) refused the worker's queues ({queues}): {detail}; "
+            'declare them in the server\'s configuration ([[queues]] name = "...") or '
+            "reserve only from declared queues",
             EXIT_FAILURE,
         ) from None
 
