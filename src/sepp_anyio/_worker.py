@@ -723,13 +723,10 @@ class Worker:
         self.shutdown()
         try:
             # The body's own exception is not handed to the group (it would
-            # come back wrapped); the worker drains either way. A cancellation is: it may
-            # be the group's own (run() failed and cancelled the body), which the group
-            # must see to absorb it and raise run()'s error instead.
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                await tg.__aexit__(exc_type, exc, tb)
-            else:
-                await tg.__aexit__(None, None, None)
+            # come back wrapped); the worker drains either way. When run() failed (a
+            # refused first reserve), the group cancelled the body, and raises run()'s
+            # error here, unwrapped below.
+            await tg.__aexit__(None, None, None)
         except BaseExceptionGroup as group:
             error = _lone_error(group)
             if error is None:
