@@ -413,6 +413,8 @@ class Worker:
         self._max_lease_time = (
             None if max_lease_time is None else _check_seconds(max_lease_time, "max_lease_time")
         )
+        # Whether each job gets a heartbeat task (decided once, read per job).
+        self._heartbeats = self._auto_extend or self._max_lease_time is not None
         self._drain_timeout = (
             None
             if drain_timeout is None
@@ -916,7 +918,7 @@ class Worker:
         self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
     ) -> None:
         run = JobRun(job.ctx)
-        if self._auto_extend or self._max_lease_time is not None:
+        if self._heartbeats:
             run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
         self._max_seen = max(self._max_seen, len(self._runs))
@@ -991,7 +993,7 @@ class Worker:
         directive: RetryDirective | None = None  # None: ack
         reason = ""
         with run.scope:
-            if self._auto_extend or self._max_lease_time is not None:
+            if self._heartbeats:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(
                         functools.partial(
