@@ -218,7 +218,9 @@ BAD_HANDLERS: list[Any] = [
     pytest.param(lambda: None, "signature is <lambda>()", id="lambda-no-arguments"),
     pytest.param(_keywords_only, "signature is _keywords_only(*,", id="keyword-only"),
     pytest.param(_NoArgs(), "signature is _NoArgs()", id="callable-object"),
-    pytest.param(functools.partial(_three, None, None, 1), "cannot be called", id="partial"),
+    pytest.param(
+        functools.partial(cast("Any", _three), None, None, 1), "cannot be called", id="partial"
+    ),
     pytest.param(_agen, "is an async generator function", id="async-generator"),
     pytest.param(_gen, "is a generator function", id="generator"),
     pytest.param("not a function", "must be callable", id="not-callable"),

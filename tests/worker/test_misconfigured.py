@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import replace
+from typing import Any
 
 import anyio
 import pytest
@@ -21,8 +22,8 @@ from ._helpers import QUEUE, EngineSpy, Probe, enqueue, running
 
 pytestmark = pytest.mark.anyio
 
-KEYED = {"auth": {"api_keys": ["right"]}}
-STRICT = {"server": {"strict_queues": True}, "queues": [{"name": "declared"}]}
+KEYED: dict[str, Any] = {"auth": {"api_keys": ["right"]}}
+STRICT: dict[str, Any] = {"server": {"strict_queues": True}, "queues": [{"name": "declared"}]}
 
 
 @pytest.mark.parametrize("key", [None, "wrong"], ids=["no-key", "wrong-key"])
