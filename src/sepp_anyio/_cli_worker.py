@@ -1,11 +1,14 @@
 """``sepp-anyio worker TARGET``: run a :class:`~sepp_anyio.Worker` as a process.
 
 The TARGET contract (also in ``--help`` and the README): ``module:attribute``, imported with
-the current directory (or ``--path``) first on ``sys.path``, naming either
+the current directory (or ``--path``) first on ``sys.path``, naming either (a file path
+such as ``jobs.py:handlers`` is refused with the module name to use instead)
 
-* a **handler registry**: a mapping ``{job_type: async handler}``, or any object whose
-  ``handlers`` attribute is such a mapping. The command builds the ``Worker`` from its
-  options (``--queue`` is then required); or
+* a **handler registry**: a mapping ``{job_type: handler}`` (``async def`` handlers, or
+  plain ``def`` ones, which run in worker threads), or any object whose ``handlers``
+  attribute is such a mapping. Every handler is checked at startup (it must take
+  ``(payload, ctx)``). The command builds the ``Worker`` from its options (``--queue`` is
+  then required); or
 * a **factory** that receives the connected :class:`~sepp_anyio.Client` and returns the
   ``Worker``: a function, an ``async`` function, or an async generator function that
   yields the worker once (the code after ``yield`` runs once the worker has drained, for
@@ -16,7 +19,11 @@ Lifecycle: connect, build the worker, start it and log ``ready`` once it reserve
 first SIGINT or SIGTERM stops reserving and drains the jobs in flight (their leases are
 still extended); the process then exits 0. A second signal cancels the handlers still
 running (their jobs are nacked for an immediate retry, as when ``--drain-timeout``
-passes) and the process exits 128 + the signal number.
+passes, with the signal as the reason) and the process exits 128 + the signal number.
+
+A worker the server refuses before its first reserve has succeeded (a missing or wrong API
+key, a queue a strict server does not declare) exits 1 with one error line naming the fix,
+instead of retrying forever while looking healthy.
 """
 
 from __future__ import annotations
@@ -30,9 +37,10 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -56,8 +64,9 @@ from ._cli_common import (
     run_async,
 )
 from ._client import Client
+from ._errors import UnauthenticatedError, UnknownQueuesError
 from ._types import RetryPolicy
-from ._worker import Handler, Worker
+from ._worker import Handler, HandlerSignatureError, Worker, check_handler
 
 __all__ = ["Target", "build_parser", "load_target", "main"]
 
@@ -84,10 +93,11 @@ _WORKER_OPTIONS = (
 _DESCRIPTION = """\
 Run a sepp Worker until SIGINT or SIGTERM, then drain it gracefully.
 
-TARGET is module:attribute (the current directory, or --path, is searched first) naming
-either
-  a handler registry: a dict {job_type: async handler}, or an object with such a
-    .handlers dict; the Worker is built from the options below (--queue required):
+TARGET is module:attribute (the current directory, or --path, is searched first; a module
+name such as myapp.jobs, not a file path) naming either
+  a handler registry: a dict {job_type: handler}, or an object with such a .handlers
+    dict; a handler is "async def f(payload, ctx)" or a plain "def f(payload, ctx)" (run
+    in a worker thread); the Worker is built from the options below (--queue required):
         handlers = {"send_welcome": send_welcome, "resize": resize}
   or a factory taking the connected client and returning the Worker, as a function,
     an async function, or an async generator function that yields it once (code after
@@ -98,7 +108,9 @@ either
 The first signal stops reserving and drains the jobs in flight (exit status 0); a second
 one cancels the handlers still running (their jobs are nacked for an immediate retry;
 exit status 128 + signal number). "ready" is logged once the worker reserves. Calls that
-fail transiently are retried up to 3 times (never in a way that duplicates a job).
+fail transiently are retried up to 3 times (never in a way that duplicates a job). A worker
+the server refuses before any reserve succeeded (a missing or wrong API key, an undeclared
+queue on a strict server) exits with status 1.
 """
 
 
@@ -239,6 +251,9 @@ def load_target(spec: str, path: str = ".") -> Target:
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name.strip() or not attribute.strip():
         raise _bad(spec, "must be module:attribute, for example myapp.jobs:handlers")
+    hint = _module_for_path(module_name.strip(), attribute.strip())
+    if hint is not None:
+        raise _bad(spec, f"names a file, not a module: use {hint}")
     directory = os.path.abspath(path)
     if directory not in sys.path:
         sys.path.insert(0, directory)
@@ -267,6 +282,19 @@ def load_target(spec: str, path: str = ".") -> Target:
     )
 
 
+def _module_for_path(module: str, attribute: str) -> str | None:
+    """The TARGET to use when ``module`` is a file path (``jobs.py``, ``pkg/jobs.py``), as
+    ``pkg.jobs:attr`` (with ``--path DIR`` for a path outside the current directory);
+    None when it is a module name."""
+    if not (module.endswith(".py") or "/" in module or os.sep in module):
+        return None
+    path = Path(module.removesuffix(".py"))
+    if path.is_absolute() or ".." in path.parts:
+        return f"{path.name}:{attribute} --path {path.parent}"
+    parts = [part for part in path.parts if part not in ("", ".")]
+    return f"{'.'.join(parts)}:{attribute}"
+
+
 def _check_registry(spec: str, handlers: Mapping[Any, Any]) -> dict[str, Handler]:
     if not handlers:
         raise _bad(spec, "the handler registry is empty")
@@ -274,8 +302,10 @@ def _check_registry(spec: str, handlers: Mapping[Any, Any]) -> dict[str, Handler
     for job_type, handler in handlers.items():
         if not isinstance(job_type, str) or not job_type:
             raise _bad(spec, f"registry key {job_type!r} is not a job type (a non-empty str)")
-        if not callable(handler):
-            raise _bad(spec, f"the handler for {job_type!r} is not callable")
+        try:
+            check_handler(f"job type {job_type!r}", handler)
+        except TypeError as exc:
+            raise _bad(spec, str(exc)) from None
         checked[job_type] = handler
     return checked
 
@@ -320,13 +350,27 @@ async def _built_worker(
     factory = target.factory
     assert factory is not None
     if inspect.isasyncgenfunction(factory):
-        async with asynccontextmanager(factory)(client) as made:
+        async with contextlib.AsyncExitStack() as stack:
+            with _registration_errors(target):
+                made = await stack.enter_async_context(asynccontextmanager(factory)(client))
             yield _check_made(target, made)
         return
-    made = factory(client)
-    if inspect.isawaitable(made):
-        made = await made
+    with _registration_errors(target):
+        made = factory(client)
+        if inspect.isawaitable(made):
+            made = await made
     yield _check_made(target, made)
+
+
+@contextlib.contextmanager
+def _registration_errors(target: Target) -> Iterator[None]:
+    """A handler the factory registered that cannot work is a usage error (one line)."""
+    try:
+        yield
+    except HandlerSignatureError as exc:
+        raise _bad(
+            target.spec, f"the factory registered a handler that cannot work: {exc}"
+        ) from None
 
 
 def _check_made(target: Target, made: object) -> Worker:
@@ -356,7 +400,8 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
             async with anyio.create_task_group() as tg:
 
                 async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-                    await worker.run(task_status=task_status)
+                    with _refusals_explained(worker):
+                        await worker.run(task_status=task_status)
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
 
                 async def watch_signals() -> None:
@@ -383,7 +428,7 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                                 worker.statistics().in_flight,
                             )
                             forced = 128 + signum
-                            worker.cancel_in_flight()
+                            worker.cancel_in_flight(reason=f"{name} received again")
                             return
 
                 await tg.start(run_worker)
@@ -408,6 +453,29 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                 "" if not forced else "; handlers still running were cancelled and retried",
             )
     return forced
+
+
+@contextlib.contextmanager
+def _refusals_explained(worker: Worker) -> Iterator[None]:
+    """A reserve refused before any succeeded (``Worker.run`` raises it) becomes one
+    error line naming the fix, exit status 1."""
+    queues = ", ".join(worker.queues)
+    try:
+        yield
+    except UnauthenticatedError as exc:
+        raise CliError(
+            f"the server refused the worker ({exc}); pass a valid API key with --api-key KEY "
+            "or $SEPP_API_KEY",
+            EXIT_FAILURE,
+        ) from None
+    except UnknownQueuesError as exc:
+        detail = exc.status_message or "some queue(s) are not declared"
+        raise CliError(
+            f"the server (strict mode) refused the worker's queues ({queues}): {detail}; "
+            'declare them in the server\'s configuration ([[queues]] name = "...") or '
+            "reserve only from declared queues",
+            EXIT_FAILURE,
+        ) from None
 
 
 def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:

@@ -36,15 +36,31 @@ _MIN_INTERVAL = 0.001
 
 @dataclass(eq=False)
 class JobRun:
-    """The mutable state of one job being processed (internal)."""
+    """The mutable state of one job being processed (internal).
+
+    Whoever cancels the job's scope sets a flag first, and the flags, not what the handler
+    does with the cancellation, decide the job's outcome (see ``Worker._handle``): a handler
+    that swallows the cancellation and returns still cannot ack.
+    """
 
     ctx: JobCtx
+    #: The job's scope: the handler and its heartbeat. Cancelled when the lease is lost.
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: The handler's own scope inside it, when there is a heartbeat: a shutdown cancels
+    #: only the handler, so the lease stays extended until the handler has returned (one
+    #: that ignores the cancellation must not lose its job to another worker meanwhile,
+    #: and its nack needs the lease). None without a heartbeat: ``scope`` is cancelled.
+    handler_scope: anyio.CancelScope | None = None
     #: Set before the scope is cancelled because the lease is (or may be) gone.
     lease_lost: bool = False
     lost_reason: str = ""
-    #: Set before the scope is cancelled because the drain timed out.
-    drain_cancelled: bool = False
+    #: Set when the handler ran into ``job_timeout`` (read as its timeout scope ends).
+    timed_out: bool = False
+    #: Set before the scope is cancelled because the worker is shutting down: why (the
+    #: drain timed out, ``cancel_in_flight()`` was called, a second signal), for the nack.
+    stop_reason: str | None = None
+    #: Set as soon as the handler has returned or raised: its outcome is its own then.
+    handler_done: bool = False
     #: When the handler started (anyio time).
     started: float = 0.0
     #: Set when the handler is done and the ack or nack is on its way.
@@ -55,6 +71,19 @@ class JobRun:
             self.lease_lost = True
             self.lost_reason = reason
         self.scope.cancel()
+
+    def stop(self, reason: str) -> bool:
+        """Cancel the handler because the worker shuts down; the job is then nacked for
+        an immediate retry, whatever the handler does with the cancellation.
+
+        Returns False (and changes nothing) when the handler has already finished, or the
+        job was already stopped (the first reason stays) or lost its lease.
+        """
+        if self.handler_done or self.lease_lost or self.stop_reason is not None:
+            return False
+        self.stop_reason = reason
+        (self.handler_scope or self.scope).cancel()
+        return True
 
 
 def _seconds_left(expiry: datetime, now: Callable[[], datetime]) -> float:

@@ -16,13 +16,29 @@ loop waits for those jobs' tokens (up to half of ``max_in_flight``) before it re
 so a burst of acks is followed by one full reserve rather than a one-job reserve that
 queues behind them at the server (see ``_gather_settling_tokens``).
 
+Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
+which one is decided once, at registration (a ``functools.partial`` of either, a bound
+method and an object whose ``__call__`` is ``async def`` count as what they wrap). An
+async handler runs on the event loop. A plain one runs in a worker thread
+(``anyio.to_thread.run_sync``, with a ``CapacityLimiter`` of ``sync_threads`` tokens of its
+own), while its heartbeat keeps extending the lease on the event loop; if it returns an
+awaitable (a lambda around an async function, say), that is awaited on the event loop.
+Python cannot interrupt a thread: a cancellation (lost lease, ``job_timeout``, shutdown)
+reaches the handler only when it calls ``anyio.from_thread.check_cancelled()`` (which
+raises it) or returns; until then its job keeps its ``max_in_flight`` slot and its
+thread, and ``run()`` does not return.
+
 Outcomes: a handler that returns acks; ``HandlerError.retry/retry_after/
 permanent`` nacks with that directive; any other exception, and a job type
 with no handler, nack with a backoff of ``min(2**attempt, 60)`` seconds (so a
 job is never burned through its attempts in a hot loop); ``job_timeout`` nacks
 for retry with reason "timed out". A job whose lease was lost is neither
-acked nor nacked. Acks and nacks run shielded with a bounded timeout, so a
-cancellation or a shutdown cannot lose an outcome that was already decided.
+acked nor nacked. When the worker cancels a handler (lost lease, ``job_timeout``,
+``drain_timeout``, :meth:`Worker.cancel_in_flight`) it sets a flag first, and the flag
+decides the outcome, whatever the handler does with the cancellation: one that swallows
+it and returns normally (or raises something else) is still not acked. Acks and nacks
+run shielded with a bounded timeout, so a cancellation or a shutdown cannot lose an
+outcome that was already decided.
 
 Shutdown stops reserving (a reserve in progress is cancelled; one that
 already returned jobs still has them processed, since they are leased to this
@@ -30,6 +46,16 @@ worker), then drains: in-flight jobs finish, their leases still extended. With
 ``drain_timeout``, handlers still running when it passes are cancelled and
 their jobs nacked for immediate retry (``RetryDirective.after(0)``), so
 another worker can pick them up without waiting for the lease to expire.
+A handler that ignores its cancellation holds the drain (and ``run()``) until it returns,
+its lease still extended, so that no other worker gets the job meanwhile.
+
+Misconfiguration: until one reserve of a ``run()`` has succeeded, a reserve refused with
+:class:`~sepp_anyio.UnauthenticatedError` (a missing or wrong API key) or
+:class:`~sepp_anyio.UnknownQueuesError` (a queue a strict server does not declare) is
+permanent: ``run()`` raises it rather than retrying forever while looking healthy. After a
+reserve has succeeded, the same errors (a key revoked, a queue removed by a server restart)
+are retried with exponential backoff up to 30 s, logged at ERROR each time. Other reserve
+errors (the server unavailable, ...) are retried every ``reserve_error_backoff`` seconds.
 
 Cancelling ``run()`` from outside is not graceful: everything is cancelled at
 once, no job that was still running is settled (their leases expire and the
@@ -39,6 +65,7 @@ server redelivers them), and no task outlives ``run()``.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import os
@@ -51,10 +78,18 @@ from typing import Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from . import _otel
 from ._client import Client
-from ._errors import DuplicateHandlerError, HandlerError, JobNotFoundError, SeppError
+from ._errors import (
+    DuplicateHandlerError,
+    HandlerError,
+    JobNotFoundError,
+    SeppError,
+    UnauthenticatedError,
+    UnknownQueuesError,
+)
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
 from ._types import Job, JobCtx, Payload, RetryDirective
@@ -63,9 +98,15 @@ __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 
 logger = logging.getLogger("sepp_anyio.worker")
 
-#: A job handler: ``async def handler(payload, ctx) -> None``.
-Handler: TypeAlias = Callable[[Payload | None, JobCtx], Awaitable[None]]
+_AsyncHandler: TypeAlias = Callable[[Payload | None, JobCtx], Awaitable[None]]
+_SyncHandler: TypeAlias = Callable[[Payload | None, JobCtx], None]
+#: A job handler: ``async def handler(payload, ctx) -> None``, or a plain
+#: ``def handler(payload, ctx) -> None``, which runs in a worker thread.
+Handler: TypeAlias = _AsyncHandler | _SyncHandler
 H = TypeVar("H", bound=Handler)
+
+#: What a handler is called with, for the errors of a registration that cannot work.
+_EXPECTED_SIGNATURE = "handler(payload: Payload | None, ctx: JobCtx) -> None"
 
 # A reserve that comes back empty sooner than min(_EARLY_EMPTY, wait / 2) is
 # "early" (a server draining at shutdown answers at once): pause before the
@@ -79,6 +120,10 @@ _SETTLE_TIMEOUT = 30.0
 # Weight of the newest sample in the worker's moving averages of handler and settle times.
 _SMOOTHING = 0.25
 _MAX_FAILURE_BACKOFF = 60.0
+# Ceiling of the exponential backoff after a refused reserve (auth, undeclared queue).
+_MAX_REFUSED_BACKOFF = 30.0
+# The first of those pauses when reserve_error_backoff is 0 (a refusal is never hot-looped).
+_MIN_REFUSED_BACKOFF = 1.0
 
 
 def _failure_backoff(attempt: int) -> float:
@@ -97,10 +142,115 @@ def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | Non
     return None if isinstance(error, anyio.get_cancelled_exc_class()) else error
 
 
+class HandlerSignatureError(TypeError):
+    """A handler that cannot be registered (internal: the CLI reports it as a usage error).
+
+    A :class:`TypeError`, as the public API promises for a bad registration.
+    """
+
+
+def _is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` gives an awaitable by construction: an ``async def``
+    function, or a partial, bound method or object whose ``__call__`` is one.
+
+    ``__wrapped__`` is not followed: a plain wrapper may do blocking work before it returns
+    the wrapped coroutine, so it runs in a thread (and its awaitable on the event loop).
+    """
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif inspect.ismethod(fn):
+            fn = fn.__func__
+        else:
+            break
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return False
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    while isinstance(call, functools.partialmethod):
+        call = call.func
+    return inspect.iscoroutinefunction(call)
+
+
+def check_handler(what: str, fn: object) -> bool:
+    """Check that ``fn`` can be called as ``handler(payload, ctx)``; return whether it is
+    async (False: it is run in a worker thread).
+
+    Args:
+        what: names the registration in errors, e.g. ``"job type 'resize'"``.
+
+    Raises:
+        HandlerSignatureError: (a ``TypeError``) ``fn`` is not callable, is an async
+            generator function, or its signature cannot take two positional arguments.
+    """
+    if not callable(fn):
+        raise HandlerSignatureError(
+            f"the handler for {what} must be callable as {_EXPECTED_SIGNATURE} (async def "
+            f"or def), got a {type(fn).__name__}"
+        )
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
+        raise HandlerSignatureError(
+            f"the handler for {what} is {kind} function; expected {_EXPECTED_SIGNATURE} "
+            "(async def or def)"
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to inspect (some builtins): trust it
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(None, None)
+        except TypeError:
+            raise HandlerSignatureError(
+                f"the handler for {what} cannot be called as {_EXPECTED_SIGNATURE}: its "
+                f"signature is {getattr(fn, '__qualname__', type(fn).__name__)}{signature}"
+            ) from None
+    return _is_async_callable(fn)
+
+
 def default_worker_id() -> str:
     """``<host>-<pid>-<8 hex>``; the host from $HOSTNAME/$COMPUTERNAME if set."""
     host = os.environ.get("HOSTNAME") or os.environ.get("COMPUTERNAME") or socket.gethostname()
     return f"{host or 'unknown'}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+_QUEUE_POLICY = "under the queue's retry policy"
+
+
+def _then_retry(ctx: JobCtx, delay: float | str) -> str:
+    """The end of a log line about a failed attempt: when the job runs again, or that it
+    will not (its last attempt is dead-lettered by the server, whatever the nack asks)."""
+    if ctx.attempt >= ctx.max_attempts:
+        return (
+            f"that was its last attempt ({ctx.attempt}/{ctx.max_attempts}), so it will be"
+            " dead-lettered"
+        )
+    if isinstance(delay, str):
+        return f"retrying {delay}"
+    return "retrying at once" if delay == 0 else f"retrying in {delay:g}s"
+
+
+def _handler_asked(exc: HandlerError, ctx: JobCtx) -> str:
+    """The log line of a :class:`HandlerError`: what the handler asked for, in words."""
+    why = exc.reason or "no reason given"
+    directive = exc.directive
+    if directive.kind == "dead_letter":
+        return f"handler asked to dead-letter the job ({why})"
+    if directive.kind == "after":
+        assert directive.delay is not None
+        then = _then_retry(ctx, directive.delay)
+        return f"handler asked to retry the job in {directive.delay:g}s ({why}); {then}"
+    return f"handler asked to retry the job ({why}); {_then_retry(ctx, _QUEUE_POLICY)}"
+
+
+def _boxed(
+    fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
+) -> tuple[object]:
+    """Call a sync handler (in its thread), its result in a tuple: trio refuses to hand a
+    coroutine back from a thread, and one returned here is to be awaited on the loop."""
+    return (fn(payload, ctx),)
 
 
 class _JobLog(logging.LoggerAdapter[logging.Logger]):
@@ -180,7 +330,10 @@ class Worker:
         wait: long-poll window of each reserve, in seconds (> 0).
         auto_extend: False; True to extend leases when a third of the granted
             lease is left; or a number of seconds for a fixed interval.
-        reserve_error_backoff: pause after a failed reserve.
+        reserve_error_backoff: pause after a failed reserve; also the first pause of the
+            exponential backoff (doubling up to 30 s; 1 s when this is 0) after a reserve
+            refused for its credentials or queues, once a reserve has succeeded (before
+            that, such a refusal makes :meth:`run` raise).
         worker_id: sent with every reserve/ack/nack/extend; default
             ``<host>-<pid>-<random>``.
         job_timeout: cancel a handler after this long and nack the job for
@@ -189,10 +342,14 @@ class Worker:
             then cancelled as lease-lost when its last lease runs out.
         drain_timeout: bound on the graceful drain at shutdown (see the
             module docs); None waits for every handler.
+        sync_threads: worker threads for plain (non-async) handlers, shared by all of
+            them; default ``max_in_flight``. A sync job waiting for a thread holds its
+            ``max_in_flight`` slot, and its lease is still extended.
 
     Raises:
         ValueError: a bad argument, naming it (empty queues or queue name,
-            lease/wait <= 0, max_jobs/max_in_flight < 1, empty worker_id, ...).
+            lease/wait <= 0, max_jobs/max_in_flight/sync_threads < 1, empty worker_id, ...).
+        TypeError: an argument of the wrong type, naming it.
     """
 
     def __init__(
@@ -210,6 +367,7 @@ class Worker:
         job_timeout: float | None = None,
         max_lease_time: float | None = None,
         drain_timeout: float | None = None,
+        sync_threads: int | None = None,
     ) -> None:
         if isinstance(queues, str):
             raise TypeError("queues must be a sequence of queue names, not a single str")
@@ -221,7 +379,11 @@ class Worker:
                 raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
         self._lease = _check_seconds(lease, "lease")
         self._wait = _check_seconds(wait, "wait")
-        for name, count in (("max_in_flight", max_in_flight), ("max_jobs", max_jobs)):
+        for name, count in (
+            ("max_in_flight", max_in_flight),
+            ("max_jobs", max_jobs),
+            ("sync_threads", sync_threads),
+        ):
             if count is None:
                 continue
             if isinstance(count, bool) or not isinstance(count, int):
@@ -230,6 +392,9 @@ class Worker:
                 raise ValueError(f"{name} must be >= 1, got {count}")
         self._max_in_flight = max_in_flight
         self._max_jobs = max_jobs
+        self._sync_threads = max_in_flight if sync_threads is None else sync_threads
+        # The threads' limiter, made by run() (a limiter belongs to one event loop).
+        self._sync_limiter: anyio.CapacityLimiter | None = None
         self._interval: float | None
         if isinstance(auto_extend, bool):
             self._auto_extend, self._interval = auto_extend, None
@@ -248,14 +413,25 @@ class Worker:
         self._max_lease_time = (
             None if max_lease_time is None else _check_seconds(max_lease_time, "max_lease_time")
         )
+        # Whether each job gets a heartbeat task (decided once, read per job).
+        self._heartbeats = self._auto_extend or self._max_lease_time is not None
         self._drain_timeout = (
             None
             if drain_timeout is None
             else _check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
         )
         self._client = client
+        # The handlers as registered (for the ``handlers`` view), and what a job calls:
+        # the handler itself when it is async, else an adapter that runs it in a thread.
+        # Decided once, at registration, so the hot path has no check of its own.
         self._handlers: dict[str, Handler] = {}
+        self._calls: dict[str, _AsyncHandler] = {}
         self._catch_all: Handler | None = None
+        self._catch_all_call: _AsyncHandler | None = None
+        # Whether a reserve of the current run() has succeeded (see _reserve), and how many
+        # refused reserves in a row since (the exponent of their backoff).
+        self._reserved_once = False
+        self._refusals = 0
 
         self._shutdown_requested = False
         self._running = False
@@ -291,10 +467,12 @@ class Worker:
     # ------------------------------------------------------------ handlers
 
     def handler(self, job_type: str) -> Callable[[H], H]:
-        """Decorator: register the decorated coroutine function for ``job_type``.
+        """Decorator: register the decorated function (``async def`` or ``def``) for
+        ``job_type``.
 
         Raises:
             DuplicateHandlerError: ``job_type`` already has a handler.
+            TypeError: the function cannot be called as ``handler(payload, ctx)``.
         """
 
         def register(fn: H) -> H:
@@ -306,43 +484,77 @@ class Worker:
     def handle(self, job_type: str, fn: Handler) -> Worker:
         """Register ``fn`` for ``job_type``; returns the worker (calls chain).
 
+        ``fn`` is ``async def fn(payload, ctx)`` or a plain ``def fn(payload, ctx)``, which
+        runs in a worker thread (see the module docs).
+
         Raises:
             DuplicateHandlerError: ``job_type`` already has a handler (use
                 :meth:`replace_handler` to swap it).
+            ValueError: ``job_type`` is not a non-empty str.
+            TypeError: ``fn`` cannot be called as ``handler(payload, ctx)``; the message
+                names the job type and the expected signature.
         """
-        self._check_handler(job_type, fn)
+        call = self._checked(job_type, fn)
         if job_type in self._handlers:
-            raise DuplicateHandlerError(
-                f"a handler for job type {job_type!r} is already registered"
-            )
+            raise DuplicateHandlerError(job_type)
         self._handlers[job_type] = fn
+        self._calls[job_type] = call
         return self
 
     def replace_handler(self, job_type: str, fn: Handler) -> Worker:
-        """Register ``fn`` for ``job_type``, replacing any handler it had."""
-        self._check_handler(job_type, fn)
+        """Register ``fn`` for ``job_type``, replacing any handler it had (checked as by
+        :meth:`handle`; a running worker uses it from the next job on)."""
+        call = self._checked(job_type, fn)
         self._handlers[job_type] = fn
+        self._calls[job_type] = call
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
         """Unregister ``job_type``'s handler (no error if it has none)."""
         self._handlers.pop(job_type, None)
+        self._calls.pop(job_type, None)
         return self
 
     def catch_all(self, fn: H) -> H:
         """Handle every job type without a handler of its own (replaces any
-        earlier catch-all); returns ``fn``, so it works as a decorator."""
-        if not callable(fn):
-            raise TypeError("the catch-all handler must be an async callable")
+        earlier catch-all); returns ``fn``, so it works as a decorator.
+
+        Raises:
+            TypeError: ``fn`` cannot be called as ``handler(payload, ctx)``.
+        """
+        call = self._adapted(fn, check_handler("the catch-all", fn))
         self._catch_all = fn
+        self._catch_all_call = call
         return fn
 
-    @staticmethod
-    def _check_handler(job_type: str, fn: Handler) -> None:
+    def _checked(self, job_type: str, fn: Handler) -> _AsyncHandler:
         if not isinstance(job_type, str) or not job_type:
             raise ValueError(f"job_type must be a non-empty str, got {job_type!r}")
-        if not callable(fn):
-            raise TypeError(f"the handler for {job_type!r} must be an async callable")
+        return self._adapted(fn, check_handler(f"job type {job_type!r}", fn))
+
+    def _adapted(self, fn: Handler, is_async: bool) -> _AsyncHandler:
+        """What a job calls: ``fn`` itself if it is async, else ``fn`` in a thread."""
+        if is_async:
+            return fn  # type: ignore[return-value]
+        return functools.partial(self._run_in_thread, fn)
+
+    async def _run_in_thread(
+        self, fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
+    ) -> None:
+        """Run a plain handler in a worker thread of the sync limiter.
+
+        The thread is not abandoned on cancellation (Python cannot stop it): the
+        cancellation reaches it through ``anyio.from_thread.check_cancelled()``, and this
+        returns only once the thread has.
+        """
+        limiter = self._sync_limiter
+        assert limiter is not None, "sync handlers run only inside run()"
+        (result,) = await anyio.to_thread.run_sync(_boxed, fn, payload, ctx, limiter=limiter)
+        if inspect.isawaitable(result):
+            # A plain function that returned an awaitable (a lambda around an async
+            # function, a plain decorator): that is the handler's work, and its coroutine
+            # has not started yet, so it runs here, on the event loop.
+            await result
 
     @property
     def handlers(self) -> Mapping[str, Handler]:
@@ -364,20 +576,37 @@ class Worker:
         if self._reserve_scope is not None:
             self._reserve_scope.cancel()
 
-    def cancel_in_flight(self) -> None:
+    def cancel_in_flight(self, *, reason: str | None = None) -> None:
         """Shut down, and cancel the handlers still running right now.
 
         Their jobs are nacked for immediate retry (``RetryDirective.after(0)``),
         exactly as when ``drain_timeout`` passes, so another worker can take
-        them at once instead of waiting for their leases to expire. A handler
-        that finishes anyway (it swallowed the cancellation) keeps its own
-        outcome. Idempotent; callable from any task. :meth:`run` returns once
-        every job is settled.
+        them at once instead of waiting for their leases to expire. That outcome
+        is decided when they are cancelled: a handler that swallows the cancellation
+        and returns (or raises something else) is nacked all the same. A handler
+        whose outcome was already decided (it had returned; its ack is on its way)
+        keeps it. Idempotent; callable from any task (not from another thread).
+
+        :meth:`run` returns once every job is settled, which is only after every
+        cancelled handler has returned: one that ignores the cancellation (a sync
+        handler that never calls ``anyio.from_thread.check_cancelled()``, an async one
+        that swallows it and goes on) holds ``run()`` until it does.
+
+        Args:
+            reason: why, for the nack's reason and the log (default:
+                ``"cancel_in_flight() was called"``); a CLI passes its signal, say.
         """
         self.shutdown()
-        for run in list(self._runs):
-            run.drain_cancelled = True
-            run.scope.cancel()
+        cause = reason or "cancel_in_flight() was called"
+        cancelled = sum(run.stop(cause) for run in list(self._runs))
+        if cancelled:
+            logger.warning(
+                "worker %s cancelling %d running handler(s) (%s); their jobs are nacked for"
+                " an immediate retry",
+                self.worker_id,
+                cancelled,
+                cause,
+            )
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -409,14 +638,31 @@ class Worker:
     ) -> None:
         """Process jobs until :meth:`shutdown`, then drain and return.
 
-        Calls ``task_status.started()`` once it is about to reserve, so
-        ``await task_group.start(worker.run)`` returns when the worker is up.
+        Calls ``task_status.started()`` once it is about to make its first reserve,
+        before the server has answered it, so ``await task_group.start(worker.run)``
+        returns when the worker is up (an idle queue does not hold it for a long poll).
+        "Started" therefore does not mean "accepted by the server": if that first
+        reserve (or any before one succeeds) is refused for a missing or wrong API key
+        or an undeclared queue of a strict server, ``run()`` then raises that error; in
+        ``async with worker`` it cancels the block's body and comes out of the block as
+        itself. Once a reserve has succeeded, those errors are retried (see the module
+        docs), as every other reserve error always is.
 
         Cancellation: cancels every handler at once; jobs still running are
         left to lease expiry (not settled); returns only when every task of
-        the worker has ended. ``KeyboardInterrupt`` and other non-``Exception``
-        errors propagate (a lone one as itself, not wrapped in exception groups).
+        the worker has ended, including a handler that swallows its cancellation
+        and goes on (a sync handler's thread cannot be interrupted either). The
+        same holds for a graceful shutdown: ``run()`` cannot return before such a
+        handler does. ``KeyboardInterrupt`` and other non-``Exception`` errors
+        propagate (a lone one as itself, not wrapped in exception groups).
         A worker can run once at a time.
+
+        Raises:
+            UnauthenticatedError: the server refused the credentials before any reserve
+                of this run succeeded.
+            UnknownQueuesError: a strict server does not declare a queue, before any
+                reserve of this run succeeded.
+            RuntimeError: the worker is already running.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
@@ -425,6 +671,9 @@ class Worker:
         if self._shutdown_requested:
             self._stop.set()
         limiter = anyio.CapacityLimiter(self._max_in_flight)
+        self._sync_limiter = anyio.CapacityLimiter(self._sync_threads)
+        self._reserved_once = False
+        self._refusals = 0
         install_record_factory()
         logger.info(
             "worker %s starting on %s (max_in_flight=%d, lease=%gs)",
@@ -476,7 +725,9 @@ class Worker:
         self.shutdown()
         try:
             # The body's own exception is not handed to the group (it would
-            # come back wrapped); the worker drains either way.
+            # come back wrapped); the worker drains either way. When run() failed (a
+            # refused first reserve), the group cancelled the body, and raises run()'s
+            # error here, unwrapped below.
             await tg.__aexit__(None, None, None)
         except BaseExceptionGroup as group:
             error = _lone_error(group)
@@ -563,7 +814,12 @@ class Worker:
             token_back.set()
 
     async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
-        """One reserve; None after a failure (logged, backed off)."""
+        """One reserve; None after a failure (logged, backed off).
+
+        Raises:
+            UnauthenticatedError, UnknownQueuesError: refused before any reserve of this
+                run succeeded (a misconfigured worker; see the module docs).
+        """
         free = 1 + int(limiter.available_tokens)
         count = free if self._max_jobs is None else min(self._max_jobs, free)
         self._reserves += 1
@@ -581,9 +837,28 @@ class Worker:
             metrics = _otel.metrics()
             if metrics.enabled:
                 metrics.reserves_failed.add(1)
-            logger.warning("reserve failed (%s); retrying in %gs", exc, self._reserve_error_backoff)
-            await self._pause(self._reserve_error_backoff)
+            if not isinstance(exc, UnauthenticatedError | UnknownQueuesError):
+                logger.warning(
+                    "reserve failed (%s); retrying in %gs", exc, self._reserve_error_backoff
+                )
+                await self._pause(self._reserve_error_backoff)
+                return None
+            if not self._reserved_once:
+                # Nothing has ever worked with this configuration: retrying would only
+                # look healthy while doing nothing. run() raises it instead.
+                raise
+            # It worked before (a key revoked, a queue dropped at a server restart): keep
+            # trying, but slower and slower, and loudly.
+            base = self._reserve_error_backoff or _MIN_REFUSED_BACKOFF
+            delay = min(base * 2 ** min(self._refusals, 32), max(_MAX_REFUSED_BACKOFF, base))
+            self._refusals += 1
+            logger.error(
+                "reserve refused (%s: %s); retrying in %gs", type(exc).__name__, exc, delay
+            )
+            await self._pause(delay)
             return None
+        self._reserved_once = True
+        self._refusals = 0
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
@@ -624,15 +899,18 @@ class Worker:
         with anyio.move_on_after(self._drain_timeout):
             await idle.wait()
         if self._runs:
-            logger.warning(
-                "drain_timeout (%gs) passed; cancelling %d handler(s) and nacking their jobs"
-                " for immediate retry",
-                self._drain_timeout,
-                len(self._runs),
-            )
-            for run in list(self._runs):
-                run.drain_cancelled = True
-                run.scope.cancel()
+            cause = f"drain_timeout of {self._drain_timeout:g}s passed"
+            cancelled = sum(run.stop(cause) for run in list(self._runs))
+            if cancelled:
+                logger.warning(
+                    "drain_timeout (%gs) passed; cancelling %d handler(s) and nacking their"
+                    " jobs for immediate retry",
+                    self._drain_timeout,
+                    cancelled,
+                )
+            # The cancelled handlers (and the settles on their way) end the drain; one that
+            # ignores its cancellation holds it until it returns.
+            await idle.wait()
 
     # ------------------------------------------------------------ one job
 
@@ -640,6 +918,8 @@ class Worker:
         self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
     ) -> None:
         run = JobRun(job.ctx)
+        if self._heartbeats:
+            run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
         self._max_seen = max(self._max_seen, len(self._runs))
         tg.start_soon(self._job_task, limiter, token, job, run, name=f"sepp job {job.ctx.id}")
@@ -698,10 +978,10 @@ class Worker:
         ctx = job.ctx
         log = _JobLog(logger, {"ctx": ctx})
         run.started = anyio.current_time()
-        handler = self._handlers.get(ctx.job_type) or self._catch_all
+        handler = self._calls.get(ctx.job_type) or self._catch_all_call
         if handler is None:
             delay = _failure_backoff(ctx.attempt)
-            log.warning("no handler registered for this job type; retrying in %gs", delay)
+            log.warning("no handler registered for this job type; %s", _then_retry(ctx, delay))
             _otel.mark_error(span, "no handler registered for the job type")
             return await self._settle(
                 run,
@@ -713,7 +993,7 @@ class Worker:
         directive: RetryDirective | None = None  # None: ack
         reason = ""
         with run.scope:
-            if self._auto_extend or self._max_lease_time is not None:
+            if self._heartbeats:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(
                         functools.partial(
@@ -727,18 +1007,22 @@ class Worker:
                             log=log,
                         )
                     )
+                    assert run.handler_scope is not None
                     try:
-                        directive, reason = await self._call(handler, job, log, span)
+                        with run.handler_scope:
+                            directive, reason = await self._call(handler, job, run, log, span)
                     finally:
                         # The heartbeat lives exactly as long as the handler.
                         tg.cancel_scope.cancel()
             else:
                 # Nothing to watch: no heartbeat task, no task group (cheaper per job).
-                directive, reason = await self._call(handler, job, log, span)
+                directive, reason = await self._call(handler, job, run, log, span)
 
+        # The flags decide, not what the handler did with its cancellation: one that
+        # swallowed it and returned (or raised something else) gets the outcome the
+        # cancellation stands for.
         if run.lease_lost:
-            # The flag decides, even if the handler swallowed the cancellation
-            # and returned: the job may already belong to another worker.
+            # The job may already belong to another worker: it is not settled here.
             self._lease_lost += 1
             log.error("lease lost (%s); the job is not settled here", run.lost_reason)
             _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
@@ -747,41 +1031,74 @@ class Worker:
             if metrics.enabled:
                 metrics.lease_lost.add(1, {"job_type": ctx.job_type})
             return "lease_lost"
-        if run.drain_cancelled and run.scope.cancelled_caught:
+        if run.timed_out:
+            directive, reason = RetryDirective.default(), "timed out"
+            log.warning(
+                "handler timed out after %gs; %s",
+                self._job_timeout,
+                _then_retry(ctx, _QUEUE_POLICY),
+            )
+            _otel.mark_error(span, reason)
+        elif run.stop_reason is not None:
             directive = RetryDirective.after(0)
-            reason = "worker shut down before the handler finished (drain_timeout)"
+            reason = f"worker shut down before the handler finished ({run.stop_reason})"
+            log.warning("handler cancelled: %s; %s", reason, _then_retry(ctx, 0.0))
             _otel.mark_error(span, reason)
         return await self._settle(run, log, directive, reason)
 
     async def _call(
         self,
-        handler: Handler,
+        handler: _AsyncHandler,
         job: Job,
+        run: JobRun,
         log: logging.LoggerAdapter[logging.Logger],
         span: Any = None,
     ) -> tuple[RetryDirective | None, str]:
         """Run the handler; return the outcome: ``(None, "")`` to ack, else the nack's
-        directive and reason. Cancellation and non-``Exception`` errors propagate."""
+        directive and reason. Sets ``run.timed_out`` when ``job_timeout`` cut it short, and
+        ``run.handler_done`` once it is over. Cancellation and non-``Exception`` errors
+        propagate."""
         try:
             if self._job_timeout is None:
                 await handler(job.payload, job.ctx)
             else:
                 with anyio.move_on_after(self._job_timeout) as timeout:
-                    await handler(job.payload, job.ctx)
-                if timeout.cancelled_caught:
-                    log.warning("handler timed out after %gs", self._job_timeout)
-                    _otel.mark_error(span, "timed out")
-                    return RetryDirective.default(), "timed out"
+                    try:
+                        await handler(job.payload, job.ctx)
+                    finally:
+                        # Read as the handler ends, inside the scope: set if the timeout
+                        # fired, whether the handler let the cancellation out or not.
+                        run.timed_out = timeout.cancel_called
         except HandlerError as exc:
-            log.info("handler asked for %s", exc)
-            _otel.mark_error(span, str(exc), exc)
+            if not self._overridden(run, log, exc):
+                log.info("%s", _handler_asked(exc, job.ctx))
+                _otel.mark_error(span, str(exc), exc)
             return exc.directive, exc.reason
         except Exception as exc:
             delay = _failure_backoff(job.ctx.attempt)
-            log.exception("handler raised %s; retrying in %gs", type(exc).__name__, delay)
-            _otel.mark_error(span, f"handler raised {type(exc).__name__}", exc)
+            if not self._overridden(run, log, exc):
+                log.exception(
+                    "handler raised %s; %s", type(exc).__name__, _then_retry(job.ctx, delay)
+                )
+                _otel.mark_error(span, f"handler raised {type(exc).__name__}", exc)
             return RetryDirective.after(delay), f"handler raised {type(exc).__name__}: {exc}"
+        finally:
+            run.handler_done = True
         return None, ""
+
+    @staticmethod
+    def _overridden(
+        run: JobRun, log: logging.LoggerAdapter[logging.Logger], exc: BaseException
+    ) -> bool:
+        """Whether the worker had cancelled the handler that raised ``exc`` (its outcome is
+        then the cancellation's; the error is logged as such)."""
+        if not (run.lease_lost or run.timed_out or run.stop_reason is not None):
+            return False
+        log.info(
+            "handler raised %s after it was cancelled; the cancellation decides the outcome",
+            type(exc).__name__,
+        )
+        return True
 
     async def _settle(
         self,

@@ -6,6 +6,8 @@ Every test runs the real command in a subprocess against a reference server on l
 from __future__ import annotations
 
 import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,21 @@ async def forever(payload, ctx):
     print(f"started {ctx.id}", file=sys.stderr, flush=True)
     await anyio.sleep_forever()
 
+def sync_work(payload, ctx):
+    import threading
+    where = "event loop" if threading.current_thread() is threading.main_thread() else "thread"
+    print(f"sync {ctx.id} in a {where}", file=sys.stderr, flush=True)
+
 handlers = {"work": work, "forever": forever}
+sync_handlers = {"sync_work": sync_work}
+
+async def takes_one(payload):
+    return None
+
+bad_signature = {"work": work, "broken": takes_one}
+
+def bad_factory(client):
+    return sepp.Worker(client, [os.environ["TEST_QUEUE"]]).handle("broken", takes_one)
 
 class Registry:
     handlers = {"work": work}
@@ -188,6 +204,17 @@ def test_other_target_shapes(
         ("user_jobs:handlers", ("--queue", "q", "--tls-ca-cert", "/no/ca.pem"), "cannot read"),
         ("user_jobs:handlers", (), "--queue is required"),
         ("user_jobs:handlers", ("--queue", "a,,b"), "--queue is required"),
+        (
+            "user_jobs:bad_signature",
+            ("--queue", "q"),
+            "the handler for job type 'broken' cannot be called as handler(payload: Payload "
+            "| None, ctx: JobCtx) -> None: its signature is takes_one(payload)",
+        ),
+        ("user_jobs.py:handlers", (), "names a file, not a module: use user_jobs:handlers"),
+        ("./user_jobs.py:handlers", (), "use user_jobs:handlers"),
+        ("pkg/jobs.py:handlers", (), "names a file, not a module: use pkg.jobs:handlers"),
+        ("/srv/app/jobs.py:handlers", (), "use jobs:handlers --path /srv/app"),
+        ("../jobs.py:handlers", (), "use jobs:handlers --path .."),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -226,6 +253,124 @@ def test_a_factory_returning_something_else(server: ServerProcess, jobs_dir: Pat
         "WARNING",
     )
     assert_one_line_error(result, 2, "the factory returned a int, not a Worker")
+
+
+def test_a_factory_that_registers_a_bad_handler_is_one_line_and_exit_2(
+    server: ServerProcess, jobs_dir: Path, queue: str
+) -> None:
+    result = run_cli(
+        "worker",
+        "user_jobs:bad_factory",
+        "--path",
+        str(jobs_dir),
+        "-a",
+        server.address,
+        "--log-level",
+        "WARNING",
+        env={"TEST_QUEUE": queue},
+    )
+    assert_one_line_error(
+        result, 2, "the factory registered a handler that cannot work", "job type 'broken'"
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sync_handlers_of_a_registry_run_in_threads(
+    server: ServerProcess, jobs_dir: Path, queue: str, backend: str
+) -> None:
+    args = ("user_jobs:sync_handlers", "-q", queue, "--backend", backend)
+    with _worker(server, jobs_dir, *args, queue=queue) as worker:
+        worker.wait_for("ready: worker")
+        job_id = _enqueue(server, queue, "sync_work")
+        worker.wait_for(f"sync {job_id} in a thread")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output
+    assert "worker drained and stopped: 1 acked" in worker.output
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_second_signal_is_the_reason_of_the_nack(
+    server: ServerProcess, jobs_dir: Path, queue: str, backend: str
+) -> None:
+    """The job is on its last attempt, so its nack dead-letters it, and the dead letter
+    keeps the nack's reason: the signal, not a drain_timeout nobody set."""
+
+    async def enqueue_last_attempt(client: sepp.Client) -> str:
+        ack = await client.enqueue(sepp.EnqueueRequest(queue, "forever", max_attempts=1))
+        return ack.job_id
+
+    job_id = with_client(server.address, enqueue_last_attempt)
+    args = ("user_jobs:handlers", "-q", queue, "--backend", backend)
+    with _worker(server, jobs_dir, *args, queue=queue) as worker:
+        worker.wait_for(f"started {job_id}")
+        worker.signal(signal.SIGINT)
+        worker.wait_for("draining 1 in flight")
+        worker.signal(signal.SIGINT)
+        assert worker.wait() == 128 + signal.SIGINT, worker.output
+
+    async def dead_letters(client: sepp.Client) -> list[sepp.DeadLetterRecord]:
+        return await client.drain_dead_letters(queue=queue, max=10)
+
+    [record] = with_client(server.address, dead_letters)
+    assert record.job_id == job_id
+    reason = "worker shut down before the handler finished (SIGINT received again)"
+    assert record.last_reason == reason
+    assert reason in worker.output
+    assert "drain_timeout" not in worker.output
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server that wants an API key and serves only the queues it declares."""
+    directory = tmp_path_factory.mktemp("guarded-server")
+    config = directory / "sepp.toml"
+    config.write_text(
+        '[auth]\napi_keys = ["right"]\n[server]\nstrict_queues = true\n'
+        '[[queues]]\nname = "declared"\n'
+    )
+    process = ServerProcess(
+        "--memory", "--port", "0", "--config", str(config), "--log-level", "ERROR", cwd=directory
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 1 with one error line, the last one, naming the fix (and no retrying)."""
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "retrying" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("sepp-anyio worker: error: "), last
+    assert sum(": error: " in line for line in result.stderr.splitlines()) == 1
+    for needle in needles:
+        assert needle in last, (needle, last)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("key", [None, "wrong"], ids=["no-key", "wrong-key"])
+def test_a_refused_api_key_exits_1_naming_the_option(
+    guarded_server: ServerProcess, jobs_dir: Path, backend: str, key: str | None
+) -> None:
+    """It used to log "ready", then retry every second forever (and exit 0 on SIGTERM)."""
+    args = ["worker", "user_jobs:handlers", "-q", "declared", "--path", str(jobs_dir)]
+    args += ["-a", guarded_server.address, "--backend", backend]
+    env = {} if key is None else {"SEPP_API_KEY": key}
+    result = run_cli(*args, env=env)
+    _refused(result, "UNAUTHENTICATED", "--api-key", "$SEPP_API_KEY")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_undeclared_queue_of_a_strict_server_exits_1_naming_the_fix(
+    guarded_server: ServerProcess, jobs_dir: Path, backend: str
+) -> None:
+    args = ["worker", "user_jobs:handlers", "-q", "declared,typo", "--path", str(jobs_dir)]
+    args += ["-a", guarded_server.address, "--api-key", "right", "--backend", backend]
+    result = run_cli(*args)
+    _refused(result, "strict mode", "queues (declared, typo)", '"typo"', "declare them")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from typing import Any
@@ -125,14 +126,19 @@ class _CountWarnings(logging.Handler):
 
 async def test_failed_reserves_are_counted(telemetry: Telemetry) -> None:
     before = telemetry.points()
-    counter = _CountWarnings("reserve failed", 3)
+    counter = _CountWarnings("reserve refused", 3)
     worker_logger = logging.getLogger("sepp_anyio.worker")
     worker_logger.addHandler(counter)
+    strict: dict[str, Any] = {"server": {"strict_queues": True}, "queues": [{"name": "q"}]}
     try:
-        async with open_in_memory_client(server={"strict_queues": True}) as (client, _):
-            worker = sepp.Worker(client, ["undeclared"], wait=1.0, reserve_error_backoff=1.0)
+        async with open_in_memory_client(**strict) as (client, engine):
+            worker = sepp.Worker(client, ["q"], wait=1.0, reserve_error_backoff=1.0)
             async with anyio.create_task_group() as tg:
                 await tg.start(worker.run)
+                # An undeclared queue is refused for good before any reserve succeeded;
+                # once one has (the first, empty after 1 s), refusals are retried.
+                await anyio.sleep(0.5)
+                engine.reload(dataclasses.replace(engine.config, queues=()))
                 with anyio.fail_after(60):
                     await counter.reached.wait()
                 worker.shutdown()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -39,6 +41,7 @@ async def other(payload: Payload | None, ctx: JobCtx) -> None:
         ({"max_lease_time": -1}, "max_lease_time"),
         ({"drain_timeout": -1}, "drain_timeout"),
         ({"drain_timeout": float("nan")}, "drain_timeout"),
+        ({"sync_threads": 0}, "sync_threads"),
     ],
 )
 def test_invalid_values_raise_value_error_naming_the_argument(
@@ -62,6 +65,7 @@ def test_bad_queues_raise_value_error_naming_them(queues: list[str], pattern: st
         ({"lease": "30"}, "lease"),
         ({"max_in_flight": 2.0}, "max_in_flight"),
         ({"max_jobs": True}, "max_jobs"),
+        ({"sync_threads": 1.5}, "sync_threads"),
     ],
 )
 def test_wrong_types_raise_type_error_naming_the_argument(
@@ -96,8 +100,11 @@ def test_handler_registration() -> None:
         return None
 
     assert worker.handlers == {"a": a}
-    with pytest.raises(DuplicateHandlerError, match="'a'"):
+    with pytest.raises(DuplicateHandlerError) as duplicate:
         worker.handle("a", noop)
+    # The error is built from the job type, not from a sentence that it then nests.
+    assert duplicate.value.job_type == "a"
+    assert str(duplicate.value).count("already registered") == 1
     with pytest.raises(DuplicateHandlerError):
         worker.handler("a")(noop)
     assert worker.handlers["a"] is a  # the failed registrations changed nothing
@@ -151,3 +158,106 @@ def test_shutdown_handle_before_run() -> None:
     worker.shutdown()
     assert handle.is_shutdown
     assert worker.shutdown_handle().is_shutdown
+
+
+def sync_noop(payload: Payload | None, ctx: JobCtx) -> None:
+    return None
+
+
+def test_sync_and_async_handlers_both_register_and_type_check() -> None:
+    """Both kinds are a ``Handler`` for mypy --strict (this file is type-checked)."""
+    worker = Worker(CLIENT, ["q"], sync_threads=3)
+
+    @worker.handler("decorated-sync")
+    def plain(payload: Payload | None, ctx: JobCtx) -> None:
+        return None
+
+    @worker.handler("decorated-async")
+    async def coroutine(payload: Payload | None, ctx: JobCtx) -> None:
+        return None
+
+    worker.handle("sync", sync_noop).handle("async", noop)
+    worker.replace_handler("sync", noop).replace_handler("async", sync_noop)
+    assert worker.catch_all(sync_noop) is sync_noop
+    assert worker.handlers == {
+        "decorated-sync": plain,
+        "decorated-async": coroutine,
+        "sync": noop,
+        "async": sync_noop,
+    }
+
+
+async def _three(payload: Payload | None, ctx: JobCtx, extra: int) -> None:
+    return None
+
+
+class _NoArgs:
+    def __call__(self) -> None:
+        return None
+
+
+async def _agen(payload: Payload | None, ctx: JobCtx) -> Any:
+    yield None
+
+
+def _gen(payload: Payload | None, ctx: JobCtx) -> Any:
+    yield None
+
+
+def _one(payload: Payload | None) -> None:
+    return None
+
+
+def _keywords_only(*, payload: Payload | None, ctx: JobCtx) -> None:
+    return None
+
+
+BAD_HANDLERS: list[Any] = [
+    pytest.param(_one, "signature is _one(payload: 'Payload | None')", id="one-argument"),
+    pytest.param(_three, "signature is _three(", id="three-arguments"),
+    pytest.param(lambda: None, "signature is <lambda>()", id="lambda-no-arguments"),
+    pytest.param(_keywords_only, "signature is _keywords_only(*,", id="keyword-only"),
+    pytest.param(_NoArgs(), "signature is _NoArgs()", id="callable-object"),
+    pytest.param(
+        functools.partial(cast("Any", _three), None, None, 1), "cannot be called", id="partial"
+    ),
+    pytest.param(_agen, "is an async generator function", id="async-generator"),
+    pytest.param(_gen, "is a generator function", id="generator"),
+    pytest.param("not a function", "must be callable", id="not-callable"),
+]
+
+
+@pytest.mark.parametrize("how", ["handle", "handler", "replace_handler", "catch_all"])
+@pytest.mark.parametrize(("fn", "needle"), BAD_HANDLERS)
+def test_a_handler_that_cannot_take_payload_and_ctx_is_refused_at_registration(
+    how: str, fn: Any, needle: str
+) -> None:
+    worker = Worker(CLIENT, ["q"])
+    register: dict[str, Callable[[], object]] = {
+        "handle": lambda: worker.handle("resize", fn),
+        "handler": lambda: worker.handler("resize")(fn),
+        "replace_handler": lambda: worker.replace_handler("resize", fn),
+        "catch_all": lambda: worker.catch_all(fn),
+    }
+    with pytest.raises(TypeError) as info:
+        register[how]()
+    message = str(info.value)
+    assert needle in message, message
+    assert ("the catch-all" if how == "catch_all" else "job type 'resize'") in message
+    assert "handler(payload: Payload | None, ctx: JobCtx) -> None" in message
+    assert worker.handlers == {}
+    assert worker._catch_all is None
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda payload, ctx, extra=1: None, id="extra-default"),
+        pytest.param(lambda *args: None, id="varargs"),
+        pytest.param(lambda payload, *rest, **options: None, id="varargs-and-keywords"),
+        pytest.param(functools.partial(_three, extra=2), id="partial-filling-the-third"),
+        pytest.param(print, id="builtin"),
+    ],
+)
+def test_signatures_that_can_take_payload_and_ctx_are_accepted(fn: Any) -> None:
+    Worker(CLIENT, ["q"]).handle("t", fn)

@@ -21,6 +21,14 @@ from sepp.types import ReserveOptions
 
 import sepp_anyio
 from sepp_anyio import EnqueueRequest, HandlerError, JobCtx, Payload, Worker
+from sepp_anyio.server import (
+    ApiKey,
+    AuthConfig,
+    QueueConfig,
+    ServerConfig,
+    ServerSection,
+    ServerThread,
+)
 from sepp_anyio.testing import ServerProcess
 from sepp_anyio.testing.pytest_plugin import SeppTestServer
 
@@ -229,3 +237,61 @@ async def test_shutdown_ends_a_network_long_poll_promptly(server_address: str) -
         assert anyio.current_time() - asked < 1.0
         # The connection is still usable after the abandoned call.
         assert (await client.server_info()).version
+
+
+@pytest.fixture(scope="module")
+def guarded_server() -> Iterator[ServerThread]:
+    """A network server of its own that wants an API key and declares its queues."""
+    config = ServerConfig(
+        auth=AuthConfig(api_keys=(ApiKey("right"),)),
+        server=ServerSection(strict_queues=True),
+        queues=(QueueConfig(name="declared"),),
+    )
+    with ServerThread(config) as running:
+        yield running
+
+
+@pytest.mark.parametrize("key", [None, "wrong"], ids=["no-key", "wrong-key"])
+async def test_a_worker_with_a_refused_key_raises_instead_of_retrying(
+    guarded_server: ServerThread, key: str | None
+) -> None:
+    async with sepp_anyio.connect(guarded_server.address, api_key=key) as client:
+        worker = Worker(client, ["declared"], wait=5.0)
+
+        @worker.handler("t")
+        async def never_called(payload: Payload | None, ctx: JobCtx) -> None:
+            raise AssertionError("no job can be reserved")
+
+        with anyio.fail_after(10), pytest.raises(sepp_anyio.UnauthenticatedError):
+            await worker.run()
+        assert worker.statistics().reserves == 1
+
+
+async def test_a_worker_on_an_undeclared_queue_of_a_strict_server_raises(
+    guarded_server: ServerThread,
+) -> None:
+    async with sepp_anyio.connect(guarded_server.address, api_key="right") as client:
+        worker = Worker(client, ["declared", "typo"], wait=5.0)
+
+        @worker.handler("t")
+        async def never_called(payload: Payload | None, ctx: JobCtx) -> None:
+            raise AssertionError("no job can be reserved")
+
+        with anyio.fail_after(10), pytest.raises(sepp_anyio.UnknownQueuesError) as info:
+            async with worker:
+                await anyio.sleep_forever()
+        assert '"typo"' in (info.value.status_message or "")
+        # With the right key and declared queues, the same server serves it.
+        ack = await client.enqueue(EnqueueRequest("declared", "t"))
+        fixed = Worker(client, ["declared"], wait=5.0)
+        done = anyio.Event()
+
+        @fixed.handler("t")
+        async def handled(payload: Payload | None, ctx: JobCtx) -> None:
+            assert ctx.id == ack.job_id
+            done.set()
+
+        with anyio.fail_after(10):
+            async with fixed:
+                await done.wait()
+        assert fixed.statistics().processed == 1
