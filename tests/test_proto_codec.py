@@ -1184,7 +1184,12 @@ def test_element_wise_keeps_the_good_elements_of_mutated_replies(
     if refused is not None:
         with pytest.raises(DecodeError) as strict:
             cls.FromString(encoded)
-        assert refused == str(strict.value)
+        # The strict decoder stops at the first fault in the bytes; the element-wise one
+        # keeps a bad element and goes on to the reply's own fault. Either the two name the
+        # same fault, or the strict one stopped earlier, inside an element.
+        assert refused == str(strict.value) or not str(strict.value).startswith(
+            f"{cls.__name__}."
+        ), (refused, str(strict.value))
         return
     for item in getattr(decoded, name):
         if isinstance(item, _proto_codec.UndecodedElement):
