@@ -17,8 +17,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio import _convert as cv
-from sepp_anyio._errors import (
+from sepp_anyio._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
@@ -26,8 +25,7 @@ from sepp_anyio._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._rejections import (
+from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -45,7 +43,7 @@ from sepp_anyio._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from sepp_anyio._types import (
+from sepp_anyio._model._types import (
     DeadLetterCause,
     DeadLetterRecord,
     EnqueueAck,
@@ -57,6 +55,8 @@ from sepp_anyio._types import (
     ServerInfo,
     TraceContext,
 )
+from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire import _convert as cv
 
 # sepp-py's module builds its classes at import time from a descriptor, so mypy cannot see
 # them; it is only ever used dynamically here.

@@ -1,4 +1,4 @@
-"""The compiled protobuf codec (``sepp_anyio._proto_codec``) against betterproto2's own code.
+"""The compiled protobuf codec (``sepp_anyio._wire._codec``) against betterproto2's own code.
 
 * every installed class: random messages (built from betterproto2's field metadata) encode to
   exactly betterproto2's bytes and decode to the same message, ``_unknown_fields`` included,
@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 import sepp_anyio  # noqa: F401  (installs the compiled codecs)
-from sepp_anyio import _proto_codec
-from sepp_anyio._decoded import _check_message, check_decoded
 from sepp_anyio._proto.google import protobuf as wkt
 from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._proto_codec import DecodeError
+from sepp_anyio._wire import _codec as _proto_codec
+from sepp_anyio._wire._codec import DecodeError
+from sepp_anyio._wire._decoded import _check_message, check_decoded
 
 ALL_CLASSES: list[type[Any]] = _proto_codec.installed_classes()
 CAUSES: list[Any] = [*pb.DeadLetterCause]

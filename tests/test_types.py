@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio._codecs import PayloadCodec, decode_payload, encode_payload, register_codec
-from sepp_anyio._rejections import (
+from sepp_anyio._model._codecs import PayloadCodec, decode_payload, encode_payload, register_codec
+from sepp_anyio._model._rejections import (
     EncodingNotAllowed,
     JobRejection,
     QueueClosing,
@@ -22,7 +22,7 @@ from sepp_anyio._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from sepp_anyio._types import (
+from sepp_anyio._model._types import (
     DeadLetterCause,
     DeadLetterRecord,
     EnqueueAck,
@@ -197,7 +197,7 @@ def test_register_codec() -> None:
             register_codec(codec)
         register_codec(codec, replace=True)
     finally:
-        from sepp_anyio import _codecs
+        from sepp_anyio._model import _codecs
 
         del _codecs._REGISTRY["application/x-reversed"]
 

@@ -28,8 +28,8 @@ import anyio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from . import _convert, _otel
-from ._errors import (
+from . import _otel
+from ._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
     ConnectError,
@@ -42,14 +42,8 @@ from ._errors import (
     MalformedResponseError,
     SeppError,
 )
-from ._grpc import Channel
-from ._grpc._malformed import MalformedReplyError
-from ._grpc._target import parse_target
-from ._proto.sepp import v1 as pb
-from ._proto_codec import ElementWise
-from ._rejections import JobRejection
-from ._retry import call_with_retry
-from ._types import (
+from ._model._rejections import JobRejection
+from ._model._types import (
     DeadLetterRecord,
     EnqueueAck,
     EnqueueRequest,
@@ -60,6 +54,13 @@ from ._types import (
     ServerInfo,
     TraceContext,
 )
+from ._proto.sepp import v1 as pb
+from ._retry import call_with_retry
+from ._transport import Channel
+from ._transport._malformed import MalformedReplyError
+from ._transport._target import parse_target
+from ._wire import _convert
+from ._wire._codec import ElementWise
 
 __all__ = [
     "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._types import TraceContext
+    from ._model._types import TraceContext
 
 __all__ = [
     "Metrics",
@@ -150,7 +150,7 @@ def trace_metadata() -> list[tuple[str, str]]:
 
 def current_trace_context() -> TraceContext | None:
     """The current span's context as a :class:`TraceContext`, or None."""
-    from ._types import TraceContext, TraceContextError
+    from ._model._types import TraceContext, TraceContextError
 
     metadata = dict(trace_metadata())
     traceparent = metadata.get("traceparent")

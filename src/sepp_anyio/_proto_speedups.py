@@ -24,9 +24,9 @@ from typing import Any
 
 import betterproto2
 
-from . import _proto_codec
 from ._proto.google import protobuf as _google_protobuf
 from ._proto.sepp import v1 as _sepp_v1
+from ._wire import _codec as _proto_codec
 
 __all__ = ["install"]
 

@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
-from ._errors import HandlerError
-from ._typed import Invalid, Problem, TypeCodec, codec_for
-from ._types import (
+from ._model._errors import HandlerError
+from ._model._types import (
     _MAX_PRIORITY,
     _UINT32_MAX,
     JSON_ENCODING,
@@ -45,6 +44,7 @@ from ._types import (
     _check_str,
     _is_json_encoding,
 )
+from ._typed import Invalid, Problem, TypeCodec, codec_for
 
 if TYPE_CHECKING:
     from ._client import Client

@@ -82,7 +82,9 @@ import anyio.to_thread
 
 from . import _otel
 from ._client import Client
-from ._errors import (
+from ._lease import JobRun, heartbeat
+from ._logcontext import install_record_factory, job_context
+from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
     JobNotFoundError,
@@ -90,9 +92,7 @@ from ._errors import (
     UnauthenticatedError,
     UnknownQueuesError,
 )
-from ._lease import JobRun, heartbeat
-from ._logcontext import install_record_factory, job_context
-from ._types import Job, JobCtx, Payload, RetryDirective
+from ._model._types import Job, JobCtx, Payload, RetryDirective
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 

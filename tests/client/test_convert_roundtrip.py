@@ -28,10 +28,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_anyio import _convert as cv
-from sepp_anyio._errors import JobConversionError
-from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._rejections import (
+from sepp_anyio._model._errors import JobConversionError
+from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -48,7 +46,7 @@ from sepp_anyio._rejections import (
     ScheduledTooFar,
     UnknownQueue,
 )
-from sepp_anyio._types import (
+from sepp_anyio._model._types import (
     CustomValue,
     DeadLetterCause,
     DeadLetterRecord,
@@ -61,6 +59,8 @@ from sepp_anyio._types import (
     ServerInfo,
     TraceContext,
 )
+from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire import _convert as cv
 
 # sepp-py's classes are built at import time from a descriptor; mypy cannot see them.
 q: Any = importlib.import_module("sepp.v1.queue_pb2")

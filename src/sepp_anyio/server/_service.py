@@ -38,8 +38,8 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
-from sepp_anyio._decoded import check_decoded
 from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire._decoded import check_decoded
 
 from ._auth import authenticate
 from ._engine import Engine

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ._version import __version__
+from .._version import __version__
 
 __all__ = ["main"]
 
@@ -29,37 +29,37 @@ PROG = "sepp-anyio"
 
 
 def _server(argv: Sequence[str]) -> int:
-    from .server._cli import main as server_main
+    from ..server._cli import main as server_main
 
     return server_main(argv, prog=f"{PROG} server")
 
 
 def _worker(argv: Sequence[str]) -> int:
-    from ._cli_worker import main as worker_main
+    from ._worker import main as worker_main
 
     return worker_main(argv, prog=f"{PROG} worker")
 
 
 def _enqueue(argv: Sequence[str]) -> int:
-    from ._cli_producer import enqueue_main
+    from ._producer import enqueue_main
 
     return enqueue_main(argv, prog=f"{PROG} enqueue")
 
 
 def _info(argv: Sequence[str]) -> int:
-    from ._cli_producer import info_main
+    from ._producer import info_main
 
     return info_main(argv, prog=f"{PROG} info")
 
 
 def _dlq(argv: Sequence[str]) -> int:
-    from ._cli_producer import dlq_main
+    from ._producer import dlq_main
 
     return dlq_main(argv, prog=f"{PROG} dlq")
 
 
 def _demo(argv: Sequence[str]) -> int:
-    from ._cli_demo import main as demo_main
+    from ._demo import main as demo_main
 
     return demo_main(argv, prog=f"{PROG} demo")
 

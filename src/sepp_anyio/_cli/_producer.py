@@ -18,7 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._cli_common import (
+from .._client import Client
+from .._model._errors import SeppError
+from .._model._types import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
+from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CliError,
@@ -35,9 +38,6 @@ from ._cli_common import (
     run_async,
     table,
 )
-from ._client import Client
-from ._errors import SeppError
-from ._types import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
 
 __all__ = ["dlq_main", "enqueue_main", "info_main"]
 

@@ -35,7 +35,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from hpack import NeverIndexedHeaderTuple
 
-from .._error_root import InvalidArgumentError
+from .._model._error_root import InvalidArgumentError
 from .._version import __version__
 from ._connection import Connection
 from ._metadata import MetadataLike, encode_metadata

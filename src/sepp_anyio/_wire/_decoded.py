@@ -18,7 +18,7 @@ from typing import Any
 
 import betterproto2
 
-from ._proto_codec import is_compiled
+from ._codec import is_compiled
 
 __all__ = ["check_decoded"]
 

@@ -41,8 +41,8 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
-from .._decoded import check_decoded
-from .._proto_codec import decodes_strictly
+from .._wire._codec import decodes_strictly
+from .._wire._decoded import check_decoded
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
     decode_grpc_message,

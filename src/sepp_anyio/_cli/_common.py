@@ -31,9 +31,9 @@ from typing import Final, NoReturn
 
 import anyio
 
-from ._client import Client, connect
-from ._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
-from ._types import RetryPolicy
+from .._client import Client, connect
+from .._model._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
+from .._model._types import RetryPolicy
 
 __all__ = [
     "BACKENDS",

@@ -34,7 +34,7 @@ from typing import Any
 
 import betterproto2
 
-from ._errors import (
+from .._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
@@ -44,10 +44,7 @@ from ._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from ._proto.google import protobuf as pb_wkt
-from ._proto.sepp import v1 as pb
-from ._proto_codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
-from ._rejections import (
+from .._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -66,7 +63,7 @@ from ._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from ._types import (
+from .._model._types import (
     CustomValue,
     DeadLetterCause,
     DeadLetterRecord,
@@ -80,6 +77,9 @@ from ._types import (
     TraceContext,
     _LeaseLike,
 )
+from .._proto.google import protobuf as pb_wkt
+from .._proto.sepp import v1 as pb
+from ._codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)

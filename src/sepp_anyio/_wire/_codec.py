@@ -274,7 +274,7 @@ class _Compiler:
         # Map entry decoders are written while a message decoder is half written, so
         # they are kept apart and joined at the end.
         self.entry_lines: list[str] = []
-        from ._proto.google import protobuf as wkt
+        from .._proto.google import protobuf as wkt
 
         self._timestamp = wkt.Timestamp
         self._duration = wkt.Duration

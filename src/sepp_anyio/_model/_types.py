@@ -356,7 +356,7 @@ class TraceContext:
 
         None without the ``otel`` extra, or when no valid span is current.
         """
-        from ._otel import current_trace_context
+        from .._otel import current_trace_context
 
         return current_trace_context()
 
@@ -367,7 +367,7 @@ class TraceContext:
         context names, e.g. to continue a job's producer trace inside a
         handler. A no-op without the ``otel`` extra.
         """
-        from ._otel import attach_trace_context
+        from .._otel import attach_trace_context
 
         return attach_trace_context(self)
 

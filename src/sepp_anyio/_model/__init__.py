@@ -1,0 +1,1 @@
+"""The public data model: types, errors, rejections, limits, payload codecs, checks."""
