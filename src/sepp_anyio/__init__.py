@@ -6,7 +6,6 @@ the underscored modules are private.
 
 from __future__ import annotations
 
-from . import _proto_speedups  # noqa: F401  (installs faster message encoding first)
 from ._client import Client as Client
 from ._client import connect as connect
 from ._logcontext import current_job as current_job

@@ -277,7 +277,7 @@ class Client:
 
     def _element_wise(self, method: str, reply_type: ElementWise) -> Callable[..., Any]:
         """A call of ``method`` shaped like a stub method, whose reply is decoded item by
-        item (see ``_proto_codec.ElementWise``); the generated stub would decode it as one
+        item (see ``_wire._codec.ElementWise``); the generated stub would decode it as one
         strict whole."""
         path = _SERVICE + method
 

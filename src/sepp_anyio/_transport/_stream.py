@@ -36,13 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import betterproto2
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
-from .._wire._codec import decodes_strictly
-from .._wire._decoded import check_decoded
+from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
     decode_grpc_message,
@@ -432,7 +430,7 @@ class Stream:
             raise ProtocolError("Stream is ended")
         if not isinstance(message, self._send_type):
             raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
-        body = encode_message(bytes(message))
+        body = encode_message(encode(message))
         self._message_sent = True
         if not self._cardinality.client_streaming:
             self._body = body
@@ -532,10 +530,9 @@ class Stream:
                     raise GRPCError(Status.INTERNAL, "the server sent no response message")
                 return None
         try:
-            message = self._recv_type.FromString(data)
-            if isinstance(message, betterproto2.Message) and not decodes_strictly(self._recv_type):
-                # betterproto2 lets a wrong wire type through as a field of the wrong type.
-                check_decoded(message)
+            # Strict: a field of the wrong wire type fails the reply (betterproto2's own
+            # decoder would let it through as a value of the wrong type).
+            message = decode(self._recv_type, data)
         except Exception as exc:
             raise GRPCError(
                 Status.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"

@@ -11,7 +11,7 @@ Rules applied on the way in (server -> public), from the protocol and the other 
   attempt, enqueue time, lease expiry, a custom value with no branch set) raises
   :class:`JobConversionError`; reserve and drain skip that job and keep the rest;
 * so does a job (or a result, a record) that does not decode at all: the replies that
-  carry lists are decoded element by element (``_proto_codec.ElementWise``), and an
+  carry lists are decoded element by element (``_wire._codec.ElementWise``), and an
   element that fails arrives here as an ``UndecodedElement``, its error naming the
   field; what can be read of it (a job's id and attempt) is salvaged for the report;
 * a bad *optional* field never blocks delivery: an unparseable trace context or a
@@ -642,7 +642,7 @@ def jobs_from_pb(
     """Every usable job of a ``pb.ReserveResponse``, plus an error per job left out.
 
     A job is left out when it did not decode (an ``UndecodedElement``, see
-    ``_proto_codec.ElementWise``) or cannot be converted; its error carries what could be
+    ``_wire._codec.ElementWise``) or cannot be converted; its error carries what could be
     read of it (``job_id``, ``attempt``, ``queue``, ``job_type``), so that the caller can
     report it and dead-letter it. A bad job must not cost the rest of the batch.
     """
