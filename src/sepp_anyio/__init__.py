@@ -4,6 +4,21 @@ Runs on trio and asyncio (via anyio). Every public name is re-exported here;
 the underscored modules are private.
 """
 
+# The layering rule. The package is in tiers; a module imports its own tier and
+# lower ones only, and nothing imports in a cycle (tests/test_import_graph.py checks
+# both; imports under TYPE_CHECKING count for the tiers, not for cycles):
+#
+#   0. leaves, importing nothing of the package: _version, _proto (generated),
+#      _http2 (sans-IO HTTP/2), _otel (plain values in and out; only _version);
+#   1. _model: the public data model (types, errors, rejections, limits, payload
+#      codecs, the validation rules in _checks);
+#   2. _logcontext (only _model), _wire (public <-> protobuf, the compiled codecs);
+#   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
+#      server: only _model, _wire, _proto, _http2 and the transport's framing);
+#   4. the client and the worker and what is built on them: _client, _connect,
+#      _retry, _lease, _worker, _task, _typed, _cron, _health, _cli;
+#   5. the public faces: this module, __main__, testing (which may import anything).
+
 from __future__ import annotations
 
 from ._client import Client as Client

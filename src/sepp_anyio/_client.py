@@ -317,7 +317,7 @@ class Client:
         """Give jobs without a trace context the current span's (never overwrite)."""
         if all(request.trace_context is not None for request in requests):
             return requests
-        current = _otel.current_trace_context()
+        current = TraceContext.from_current()
         if current is None:
             return requests
         return [

@@ -12,6 +12,7 @@ The checks and their order follow the server's own classification.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from ._rejections import (
     CustomEntriesTooMany,
@@ -25,7 +26,10 @@ from ._rejections import (
     QueueNameTooLong,
     ScheduledTooFar,
 )
-from ._types import CustomValue, EnqueueRequest, ServerInfo
+
+if TYPE_CHECKING:
+    # Types only: ``ServerInfo.check`` calls this module, so it may not import theirs.
+    from ._types import CustomValue, EnqueueRequest, ServerInfo
 
 __all__ = ["check_request"]
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
+from .. import _otel
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from ._limits import check_request
 
 if TYPE_CHECKING:
     from ._rejections import JobRejection
@@ -356,9 +358,13 @@ class TraceContext:
 
         None without the ``otel`` extra, or when no valid span is current.
         """
-        from .._otel import current_trace_context
-
-        return current_trace_context()
+        current = _otel.current_trace_context()
+        if current is None:
+            return None
+        try:
+            return cls(*current)
+        except TraceContextError:
+            return None
 
     def attach(self) -> contextlib.AbstractContextManager[None]:
         """A context manager making this context the current (remote) parent.
@@ -367,9 +373,7 @@ class TraceContext:
         context names, e.g. to continue a job's producer trace inside a
         handler. A no-op without the ``otel`` extra.
         """
-        from .._otel import attach_trace_context
-
-        return attach_trace_context(self)
+        return _otel.attach_trace_context(self)
 
 
 # ---------------------------------------------------------------------------- enqueue
@@ -652,8 +656,6 @@ class ServerInfo:
         verdict (queues may have their own limits, and strict mode or a full
         queue are only known to the server).
         """
-        from ._limits import check_request
-
         return check_request(self, request, now=now)
 
 

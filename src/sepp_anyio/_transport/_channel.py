@@ -227,7 +227,7 @@ class Channel:
         call_metadata = self._base_metadata
         if metadata:
             # Per-call values (traceparent, ...) change on every call: kept out
-            # of the HPACK table like grpc-timeout (see _request_headers).
+            # of the HPACK table like grpc-timeout (see request_headers).
             call_metadata = call_metadata + [
                 NeverIndexedHeaderTuple(key, value) for key, value in encode_metadata(metadata)
             ]
@@ -241,7 +241,7 @@ class Channel:
             metadata=call_metadata,
         )
 
-    def _request_headers(
+    def request_headers(
         self,
         path: str,
         timeout: bytes | None,
@@ -288,9 +288,10 @@ class Channel:
             GRPCError: UNAVAILABLE with the reason (refused, timed out, TLS
                 verification failed, no ALPN h2, ...).
         """
-        await self._get_connection()
+        await self.get_connection()
 
-    async def _get_connection(self) -> Connection:
+    async def get_connection(self) -> Connection:
+        """The current connection if usable, else a new one (one attempt at a time)."""
         conn = self._conn
         if conn is not None and conn.usable:
             return conn

@@ -51,7 +51,7 @@ from sepp_anyio._version import __version__
 
 from ._clock import Clock
 from ._committer import Committer, Ticket
-from ._config import QueueLimits, ServerConfig
+from ._config import ServerConfig
 from ._convert import (
     custom_from_pb,
     dead_letter_to_pb,
@@ -72,6 +72,7 @@ from ._records import (
     QueueStats,
     StoredJob,
 )
+from ._sections import QueueLimits
 from ._state import Changes, QueueState
 from ._store import Store
 from ._validate import (
