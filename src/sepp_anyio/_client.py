@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import logging
-import math
 import ssl
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
@@ -29,6 +28,13 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from . import _otel
+from ._model._checks import (
+    check_count,
+    check_queue_name,
+    check_queue_names,
+    check_seconds,
+    check_str,
+)
 from ._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
@@ -161,16 +167,6 @@ def _check_ctx(ctx: object) -> None:
         )
 
 
-def _check_positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a number of seconds, got {type(value).__name__}"
-        )
-    if not (value > 0 and math.isfinite(value)):
-        raise InvalidArgumentError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 class _Lease:
     """The lease behind a reserved job's :class:`JobCtx` (see ``JobCtx.extend``)."""
 
@@ -224,7 +220,7 @@ class Client:
         self._drain_rpc = self._element_wise("DrainDeadLetters", _DRAIN_REPLY)
         self._enqueue_batch_rpc = self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY)
         self._label = label
-        self._rpc_timeout = _check_positive(rpc_timeout, "rpc_timeout")
+        self._rpc_timeout = check_seconds(rpc_timeout, "rpc_timeout", minimum="positive")
         self._retry = retry if retry is not None else RetryPolicy()
         self._exit_stack = exit_stack
 
@@ -462,39 +458,13 @@ class Client:
             UnknownQueuesError: strict mode and an undeclared queue.
             ClientError: the call failed.
         """
-        if isinstance(queues, str):
-            raise InvalidArgumentTypeError(
-                "queues must be a sequence of queue names, not a single str"
-            )
-        names = list(queues)
-        if not names:
-            raise InvalidArgumentError("queues must name at least one queue")
-        for index, name in enumerate(names):
-            if not isinstance(name, str) or not name:
-                raise InvalidArgumentError(f"queues[{index}] must be a non-empty str, got {name!r}")
-        lease = _check_positive(lease, "lease")
-        if isinstance(wait, bool) or not isinstance(wait, int | float):
-            raise InvalidArgumentTypeError(
-                f"wait must be a number of seconds, got {type(wait).__name__}"
-            )
-        if not (wait >= 0 and math.isfinite(wait)):
-            raise InvalidArgumentError(
-                f"wait must be a finite number of seconds >= 0, got {wait!r}"
-            )
-        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)):
-            raise InvalidArgumentTypeError(
-                f"max_jobs must be an int or None, got {type(max_jobs).__name__}"
-            )
-        if max_jobs is not None and max_jobs < 1:
-            raise InvalidArgumentError(
-                f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
-            )
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise InvalidArgumentTypeError(
-                f"worker_id must be a str or None, got {type(worker_id).__name__}"
-            )
-        if worker_id is not None and not worker_id:
-            raise InvalidArgumentError("worker_id must not be empty (use None for no worker id)")
+        names = check_queue_names(queues)
+        lease = check_seconds(lease, "lease", minimum="millisecond")
+        wait = check_seconds(wait, "wait")
+        if max_jobs is not None:
+            check_count(max_jobs, "max_jobs")
+        if worker_id is not None:
+            check_str(worker_id, "worker_id")
         message = _convert.reserve_request_to_pb(
             names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
         )
@@ -655,7 +625,7 @@ class Client:
             ClientError: the call failed.
         """
         _check_ctx(ctx)
-        seconds = _check_positive(seconds, "seconds")
+        seconds = check_seconds(seconds, "seconds", minimum="millisecond")
         with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
             reply = await self._unary(
                 "extend",
@@ -689,16 +659,9 @@ class Client:
             InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
             ClientError: the call failed.
         """
-        if isinstance(max, bool) or not isinstance(max, int):
-            raise InvalidArgumentTypeError(f"max must be an int, got {type(max).__name__}")
-        if max < 0:
-            raise InvalidArgumentError(f"max must be >= 0, got {max}")
-        if queue is not None and not isinstance(queue, str):
-            raise InvalidArgumentTypeError(
-                f"queue must be a str or None, got {type(queue).__name__}"
-            )
-        if queue is not None and not queue:
-            raise InvalidArgumentError("queue must not be empty (use None for every queue)")
+        check_count(max, "max", minimum=0)
+        if queue is not None:
+            check_queue_name(queue, "queue")
         if max == 0:
             return []
         attributes = {
@@ -856,8 +819,10 @@ class _Connector:
             ca_cert=options["tls_ca_cert"],
             server_name=options["tls_server_name"],
         )
-        _check_positive(options["rpc_timeout"], "rpc_timeout")
-        self._connect_timeout = _check_positive(options["connect_timeout"], "connect_timeout")
+        check_seconds(options["rpc_timeout"], "rpc_timeout", minimum="positive")
+        self._connect_timeout = check_seconds(
+            options["connect_timeout"], "connect_timeout", minimum="positive"
+        )
         self._target = target
         self._address = parsed.address
         self._host = parsed.host

@@ -26,10 +26,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
+from ._model._checks import (
+    MAX_PRIORITY,
+    UINT32_MAX,
+    check_int,
+    check_queue_name,
+    check_seconds,
+    check_str,
+)
 from ._model._errors import HandlerError
 from ._model._types import (
-    _MAX_PRIORITY,
-    _UINT32_MAX,
     JSON_ENCODING,
     CustomValue,
     EnqueueAck,
@@ -38,10 +44,6 @@ from ._model._types import (
     RetryDirective,
     TraceContext,
     _charset,
-    _check_int,
-    _check_queue_name,
-    _check_seconds,
-    _check_str,
     _is_json_encoding,
 )
 from ._typed import Invalid, Problem, TypeCodec, codec_for
@@ -166,18 +168,20 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        self._queue = _check_queue_name(queue, "Task queue")
-        self._job_type = _check_str(job_type, "Task job_type")
+        self._queue = check_queue_name(queue, "Task queue")
+        self._job_type = check_str(job_type, "Task job_type")
         self._priority = (
-            None if priority is None else _check_int(priority, "Task priority", 0, _MAX_PRIORITY)
+            None if priority is None else check_int(priority, "Task priority", 0, MAX_PRIORITY)
         )
         self._max_attempts = (
             None
             if max_attempts is None
-            else _check_int(max_attempts, "Task max_attempts", 1, _UINT32_MAX)
+            else check_int(max_attempts, "Task max_attempts", 1, UINT32_MAX)
         )
         self._timeout = (
-            None if timeout is None else _check_seconds(timeout, "Task timeout", positive=True)
+            None
+            if timeout is None
+            else check_seconds(timeout, "Task timeout", minimum="millisecond")
         )
         self._type: Any = type
         try:

@@ -67,7 +67,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import os
 import socket
 import uuid
@@ -84,6 +83,7 @@ from . import _otel
 from ._client import Client
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
+from ._model._checks import check_count, check_queue_names, check_seconds, check_str
 from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
@@ -308,16 +308,6 @@ class ShutdownHandle:
         return self._worker._shutdown_requested
 
 
-def _check_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    ok = value >= 0 if allow_zero else value > 0
-    if not (ok and math.isfinite(value)):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
-
-
 class Worker:
     """Processes jobs from ``queues`` with registered handlers.
 
@@ -369,30 +359,15 @@ class Worker:
         drain_timeout: float | None = None,
         sync_threads: int | None = None,
     ) -> None:
-        if isinstance(queues, str):
-            raise TypeError("queues must be a sequence of queue names, not a single str")
-        self._queues = list(queues)
-        if not self._queues:
-            raise ValueError("queues must name at least one queue")
-        for index, name in enumerate(self._queues):
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
-        self._lease = _check_seconds(lease, "lease")
-        self._wait = _check_seconds(wait, "wait")
-        for name, count in (
-            ("max_in_flight", max_in_flight),
-            ("max_jobs", max_jobs),
-            ("sync_threads", sync_threads),
-        ):
-            if count is None:
-                continue
-            if isinstance(count, bool) or not isinstance(count, int):
-                raise TypeError(f"{name} must be an int, got {type(count).__name__}")
-            if count < 1:
-                raise ValueError(f"{name} must be >= 1, got {count}")
-        self._max_in_flight = max_in_flight
-        self._max_jobs = max_jobs
-        self._sync_threads = max_in_flight if sync_threads is None else sync_threads
+        # The same rules as Client.reserve's, checked now rather than at the first reserve.
+        self._queues = check_queue_names(queues)
+        self._lease = check_seconds(lease, "lease", minimum="millisecond")
+        self._wait = check_seconds(wait, "wait", minimum="positive")
+        self._max_in_flight = check_count(max_in_flight, "max_in_flight")
+        self._max_jobs = None if max_jobs is None else check_count(max_jobs, "max_jobs")
+        self._sync_threads = (
+            max_in_flight if sync_threads is None else check_count(sync_threads, "sync_threads")
+        )
         # The threads' limiter, made by run() (a limiter belongs to one event loop).
         self._sync_limiter: anyio.CapacityLimiter | None = None
         self._interval: float | None
@@ -400,25 +375,27 @@ class Worker:
             self._auto_extend, self._interval = auto_extend, None
         else:
             self._auto_extend = True
-            self._interval = max(_check_seconds(auto_extend, "auto_extend"), 0.001)
-        self._reserve_error_backoff = _check_seconds(
-            reserve_error_backoff, "reserve_error_backoff", allow_zero=True
+            self._interval = max(
+                check_seconds(auto_extend, "auto_extend", minimum="positive"), 0.001
+            )
+        self._reserve_error_backoff = check_seconds(reserve_error_backoff, "reserve_error_backoff")
+        self.worker_id = (
+            default_worker_id() if worker_id is None else check_str(worker_id, "worker_id")
         )
-        if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
-            raise ValueError("worker_id must be a non-empty str (or None for a generated one)")
-        self.worker_id = worker_id if worker_id is not None else default_worker_id()
         self._job_timeout = (
-            None if job_timeout is None else _check_seconds(job_timeout, "job_timeout")
+            None
+            if job_timeout is None
+            else check_seconds(job_timeout, "job_timeout", minimum="positive")
         )
         self._max_lease_time = (
-            None if max_lease_time is None else _check_seconds(max_lease_time, "max_lease_time")
+            None
+            if max_lease_time is None
+            else check_seconds(max_lease_time, "max_lease_time", minimum="positive")
         )
         # Whether each job gets a heartbeat task (decided once, read per job).
         self._heartbeats = self._auto_extend or self._max_lease_time is not None
         self._drain_timeout = (
-            None
-            if drain_timeout is None
-            else _check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
+            None if drain_timeout is None else check_seconds(drain_timeout, "drain_timeout")
         )
         self._client = client
         # The handlers as registered (for the ``handlers`` view), and what a job calls:

@@ -28,6 +28,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from .. import _otel
+from ._checks import (
+    MAX_PRIORITY,
+    UINT32_MAX,
+    check_aware,
+    check_custom,
+    check_int,
+    check_queue_name,
+    check_seconds,
+    check_str,
+)
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._limits import check_request
 
@@ -61,104 +71,9 @@ TEXT_ENCODING = "text/plain; charset=utf-8"
 CustomValue: TypeAlias = str | int | float | bool
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_UINT32_MAX = 2**32 - 1
-_MAX_PRIORITY = 9
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _check_str(value: object, name: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentTypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not value and not allow_empty:
-        raise InvalidArgumentError(f"{name} must not be empty")
-    try:
-        # Protobuf strings are UTF-8 on the wire; a lone surrogate would only fail later,
-        # deep inside serialisation, with no hint of which field it came from.
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"{name} is not encodable as UTF-8: {exc.reason}") from None
-    return value
-
-
-def _check_int(value: object, name: str, lo: int, hi: int) -> int:
-    # bool is an int subclass; True as a priority is almost certainly a bug.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise InvalidArgumentError(f"{name} must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def _check_seconds(value: object, name: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a number of seconds, got {type(value).__name__}"
-        )
-    seconds = float(value)
-    if not math.isfinite(seconds):
-        raise InvalidArgumentError(f"{name} must be a finite number of seconds, got {value}")
-    if positive:
-        # The wire carries whole milliseconds: anything shorter would arrive as zero.
-        if seconds < 0.001:
-            raise InvalidArgumentError(f"{name} must be at least 0.001 seconds (1 ms), got {value}")
-    elif seconds < 0:
-        raise InvalidArgumentError(f"{name} must be >= 0 seconds, got {value}")
-    return seconds
-
-
-def _check_aware(value: object, name: str) -> datetime:
-    if not isinstance(value, datetime):
-        raise InvalidArgumentTypeError(f"{name} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidArgumentError(
-            f"{name} must be timezone-aware (for example datetime.now(timezone.utc)); "
-            "a naive datetime is ambiguous"
-        )
-    return value.astimezone(UTC)
-
-
-def _check_queue_name(value: object, name: str) -> str:
-    """Apply the server's structural queue-name rule locally.
-
-    The server refuses these names with a generic ``InvalidRequest``; catching them here
-    gives an error that points at the argument.
-    """
-    queue = _check_str(value, name)
-    if queue in (".", ".."):
-        raise InvalidArgumentError(f"{name} must not be {queue!r}")
-    if "/" in queue:
-        raise InvalidArgumentError(f"{name} must not contain '/', got {queue!r}")
-    # Unicode's Cc category, as the server applies it: C0, DEL and C1.
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in queue):
-        raise InvalidArgumentError(f"{name} must not contain control characters, got {queue!r}")
-    return queue
-
-
-def _check_custom(custom: object, name: str = "custom") -> dict[str, CustomValue]:
-    if not isinstance(custom, Mapping):
-        raise InvalidArgumentTypeError(f"{name} must be a mapping of str to str/int/float/bool")
-    checked: dict[str, CustomValue] = {}
-    for key, value in custom.items():
-        _check_str(key, f"{name} key")
-        label = f"{name}[{key!r}]"
-        # Order matters: bool is a subclass of int and must keep its own wire branch.
-        if isinstance(value, bool):
-            checked[key] = value
-        elif isinstance(value, int):
-            checked[key] = _check_int(value, label, _INT64_MIN, _INT64_MAX)
-        elif isinstance(value, float):
-            checked[key] = value
-        elif isinstance(value, str):
-            checked[key] = _check_str(value, label, allow_empty=True)
-        else:
-            raise InvalidArgumentTypeError(
-                f"{label} must be str, int, float or bool, got {type(value).__name__}"
-            )
-    return checked
 
 
 def _media_type(encoding: str) -> str:
@@ -216,7 +131,7 @@ class Payload:
             raise InvalidArgumentError(
                 "Payload.data must not be empty; for a job without data pass payload=None"
             )
-        _check_str(self.encoding, "Payload.encoding")
+        check_str(self.encoding, "Payload.encoding")
 
     def __repr__(self) -> str:
         # Payloads can be megabytes; a Job in a log line or traceback must stay readable.
@@ -263,7 +178,7 @@ class Payload:
         :raises ValueError: if ``text`` is empty or cannot be encoded in that charset.
         :raises LookupError: if the charset is unknown to Python.
         """
-        _check_str(text, "text", allow_empty=True)
+        check_str(text, "text", allow_empty=True)
         return cls(text.encode(_charset(encoding)), encoding)
 
     def text(self) -> str:
@@ -431,24 +346,24 @@ class EnqueueRequest:
     delay: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        _check_queue_name(self.queue, "queue")
-        _check_str(self.job_type, "job_type")
+        check_queue_name(self.queue, "queue")
+        check_str(self.job_type, "job_type")
         if self.payload is not None and not isinstance(self.payload, Payload):
             raise InvalidArgumentTypeError(
                 f"payload must be a Payload or None, got {type(self.payload).__name__}"
             )
         if self.idempotency_key is not None:
-            _check_str(self.idempotency_key, "idempotency_key")
+            check_str(self.idempotency_key, "idempotency_key")
         if self.priority is not None:
-            _check_int(self.priority, "priority", 0, _MAX_PRIORITY)
+            check_int(self.priority, "priority", 0, MAX_PRIORITY)
         if self.max_attempts is not None:
-            _check_int(self.max_attempts, "max_attempts", 1, _UINT32_MAX)
+            check_int(self.max_attempts, "max_attempts", 1, UINT32_MAX)
         if self.trace_context is not None and not isinstance(self.trace_context, TraceContext):
             raise InvalidArgumentTypeError(
                 "trace_context must be a TraceContext or None, "
                 f"got {type(self.trace_context).__name__}"
             )
-        object.__setattr__(self, "custom", _check_custom(self.custom))
+        object.__setattr__(self, "custom", check_custom(self.custom))
         if self.scheduled_at is not None:
             if self.delay is not None:
                 raise InvalidArgumentError("pass either scheduled_at or delay, not both")
@@ -457,9 +372,9 @@ class EnqueueRequest:
                 # The protocol's clock is UTC; a naive instant is read as UTC, as
                 # the other sepp clients do.
                 scheduled_at = scheduled_at.replace(tzinfo=UTC)
-            object.__setattr__(self, "scheduled_at", _check_aware(scheduled_at, "scheduled_at"))
+            object.__setattr__(self, "scheduled_at", check_aware(scheduled_at, "scheduled_at"))
         if self.delay is not None:
-            object.__setattr__(self, "delay", _check_seconds(self.delay, "delay"))
+            object.__setattr__(self, "delay", check_seconds(self.delay, "delay"))
 
     @property
     def has_idempotency_key(self) -> bool:
@@ -515,7 +430,7 @@ class RetryDirective:
         if self.kind == "after":
             if self.delay is None:
                 raise InvalidArgumentError("RetryDirective 'after' needs a delay in seconds")
-            object.__setattr__(self, "delay", _check_seconds(self.delay, "delay"))
+            object.__setattr__(self, "delay", check_seconds(self.delay, "delay"))
         elif self.delay is not None:
             raise InvalidArgumentError(f"RetryDirective {self.kind!r} takes no delay")
 
@@ -569,9 +484,9 @@ class RetryPolicy:
             )
         object.__setattr__(self, "max_attempts", max(1, self.max_attempts))
         object.__setattr__(
-            self, "initial_backoff", _check_seconds(self.initial_backoff, "initial_backoff")
+            self, "initial_backoff", check_seconds(self.initial_backoff, "initial_backoff")
         )
-        object.__setattr__(self, "max_backoff", _check_seconds(self.max_backoff, "max_backoff"))
+        object.__setattr__(self, "max_backoff", check_seconds(self.max_backoff, "max_backoff"))
         if isinstance(self.multiplier, bool) or not isinstance(self.multiplier, int | float):
             raise InvalidArgumentTypeError(
                 f"multiplier must be a number, got {type(self.multiplier).__name__}"
@@ -793,7 +708,7 @@ class JobCtx:
         :raises AttemptMismatchError: if the job was redelivered to someone else.
         :raises ClientError: for transport and server failures.
         """
-        seconds = _check_seconds(seconds, "seconds", positive=True)
+        seconds = check_seconds(seconds, "seconds", minimum="millisecond")
         lease = self._lease
         if lease is None:
             raise RuntimeError(

@@ -34,6 +34,7 @@ from typing import Any
 
 import betterproto2
 
+from .._model._checks import MAX_PRIORITY
 from .._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
@@ -83,7 +84,6 @@ from ._codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
-_MAX_PRIORITY = 9
 
 # ---------------------------------------------------------------------------- durations / times
 
@@ -549,9 +549,9 @@ def _checked_core(message: Any) -> tuple[str, str, int]:
     if not job_type:
         raise JobConversionError("job_type is empty", job_id=job_id)
     priority = _int(message.priority)
-    if priority > _MAX_PRIORITY:
+    if priority > MAX_PRIORITY:
         raise JobConversionError(
-            f"priority {priority} is out of range (0-{_MAX_PRIORITY})", job_id=job_id
+            f"priority {priority} is out of range (0-{MAX_PRIORITY})", job_id=job_id
         )
     return job_id, job_type, priority
 
