@@ -48,6 +48,7 @@ from ._model._errors import (
     MalformedResponseError,
     SeppError,
 )
+from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from ._model._rejections import JobRejection
 from ._model._types import (
     DeadLetterRecord,
@@ -69,7 +70,6 @@ from ._wire import _convert
 from ._wire._codec import ElementWise
 
 __all__ = [
-    "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",
     "RESERVE_DEADLINE_SLACK",
     "UNREADABLE_JOB_NACK_TIMEOUT",
     "Client",
@@ -81,10 +81,6 @@ logger = logging.getLogger("sepp_anyio")
 #: Added to a reserve's wait to form its deadline, so the client never gives up
 #: before the server's long poll has answered.
 RESERVE_DEADLINE_SLACK = 10.0
-#: gRPC's usual 4 MiB is too small here: a reserve of many jobs can carry up to
-#: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on
-#: the client leaves its jobs leased (stuck) until their leases expire.
-DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 
 #: The most time :meth:`Client.reserve` spends dead-lettering the jobs of a reply that it
 #: cannot read, shielded from cancellation, before it returns the others.

@@ -36,6 +36,7 @@ from grpclib.exceptions import GRPCError
 from hpack import NeverIndexedHeaderTuple
 
 from .._model._error_root import InvalidArgumentError
+from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import Connection
 from ._metadata import MetadataLike, encode_metadata
@@ -44,11 +45,10 @@ from ._stream import Stream
 if TYPE_CHECKING:
     from grpclib.metadata import Deadline
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "Channel", "default_ssl_context"]
+__all__ = ["Channel", "default_ssl_context"]
 
 logger = logging.getLogger("sepp_anyio.transport")
 
-DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 << 20
 USER_AGENT = f"sepp-anyio/{__version__}"
 
 
@@ -85,7 +85,8 @@ class Channel:
             ``:authority``), when it differs from ``host``.
         metadata: sent with every call (for instance ``authorization``).
         max_receive_message_bytes: larger response messages fail the call with
-            RESOURCE_EXHAUSTED (the connection stays usable).
+            RESOURCE_EXHAUSTED (the connection stays usable); the client's default,
+            ``_model._limits.DEFAULT_MAX_RECEIVE_MESSAGE_BYTES`` (64 MiB).
         keepalive_interval, keepalive_timeout: PING cadence and patience;
             ``keepalive_interval=None`` disables keepalive.
         connect_timeout: bound on TCP + TLS + HTTP/2 handshake.
