@@ -21,6 +21,8 @@ the underscored modules are private.
 
 from __future__ import annotations
 
+import contextlib as _contextlib
+
 from ._client import Client as Client
 from ._client import connect as connect
 from ._logcontext import current_job as current_job
@@ -162,3 +164,12 @@ __all__ = [
     "encode_payload",
     "register_codec",
 ]
+
+# Public names report this package (``sepp_anyio.Client``, not ``sepp_anyio._client.Client``)
+# in reprs, tracebacks and pickles, as anyio's do; only what the private modules define.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
+        with _contextlib.suppress(AttributeError, TypeError):
+            _obj.__module__ = __name__
+del _name, _obj

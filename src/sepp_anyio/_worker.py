@@ -64,16 +64,16 @@ server redelivers them), and no task outlives ``run()``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -308,7 +308,7 @@ class ShutdownHandle:
         return self._worker._shutdown_requested
 
 
-class Worker:
+class Worker(anyio.AsyncContextManagerMixin):
     """Processes jobs from ``queues`` with registered handlers.
 
     Args:
@@ -427,7 +427,6 @@ class Worker:
         self._token_back: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._cm_tg: anyio.abc.TaskGroup | None = None
         # Counters behind statistics().
         self._processed = 0
         self._nacked_retry = 0
@@ -679,38 +678,34 @@ class Worker:
             self._reserve_scope = None
             logger.info("worker %s stopped", self.worker_id)
 
-    async def __aenter__(self) -> Worker:
-        """Run the worker in the background until the block ends, then drain."""
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._cm_tg = tg
-        try:
-            await tg.start(self.run)
-        except BaseException as exc:
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Self]:
+        """``async with worker``: run the worker in the background until the block ends,
+        then shut it down and drain (:meth:`run`'s rules).
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        tg, self._cm_tg = self._cm_tg, None
-        assert tg is not None
-        self.shutdown()
+        The block's own exception comes out as itself once the worker has drained. When
+        :meth:`run` fails (a refused first reserve), the block is cancelled and comes out
+        as that error, unwrapped.
+        """
+        body_error: BaseException | None = None
         try:
-            # The body's own exception is not handed to the group (it would
-            # come back wrapped); the worker drains either way. When run() failed (a
-            # refused first reserve), the group cancelled the body, and raises run()'s
-            # error here, unwrapped below.
-            await tg.__aexit__(None, None, None)
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.run)
+                try:
+                    yield self
+                except BaseException as exc:
+                    # Not handed to the group (it would cancel the drain and come back
+                    # wrapped); the worker drains either way, then it is re-raised.
+                    body_error = exc
+                finally:
+                    self.shutdown()
         except BaseExceptionGroup as group:
             error = _lone_error(group)
             if error is None:
                 raise
             raise error from None
+        if body_error is not None:
+            raise body_error
 
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
         stop = self._stop

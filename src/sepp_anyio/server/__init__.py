@@ -72,10 +72,10 @@ __all__ = [
     "serve",
 ]
 
-# Public names report this package in reprs and tracebacks.
+# Public names report this package in reprs, tracebacks and pickles (see sepp_anyio's).
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
         with contextlib.suppress(AttributeError, TypeError):
             _obj.__module__ = __name__
 del _name, _obj
