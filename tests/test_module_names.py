@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 import sepp_anyio
+import sepp_anyio.testing
 from sepp_anyio import (
     DeadLetterCause,
     EnqueueRequest,
