@@ -140,7 +140,7 @@ def client_h2(calls: int, batch: int) -> float:
 
 
 def client_h2_transport(calls: int, batch: int) -> float:
-    """h2 with the speed-ups today's transport adds (``_grpc/_connection.py``: a fast
+    """h2 with the speed-ups today's transport adds (``_transport/_connection.py``: a fast
     path for DATA and HEADERS, cached header encoding and decoding)."""
     from sepp_anyio._transport._connection import Connection as Transport
 

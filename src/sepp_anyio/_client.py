@@ -7,7 +7,7 @@
         jobs = await client.reserve(["emails"], lease=30.0, wait=5.0)
 
 The client runs on whatever anyio backend its caller runs on. It owns one
-:class:`~sepp_anyio._grpc.Channel` (an HTTP/2 connection multiplexing every
+:class:`~sepp_anyio._transport.Channel` (an HTTP/2 connection multiplexing every
 call) whose background tasks live inside ``async with``.
 """
 
@@ -187,7 +187,7 @@ class Client:
     block closes the connection; calls still running are cancelled with it.
 
     Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses (see
-    ``sepp_anyio._errors`` for the tree): for failures, and for bad arguments
+    ``sepp_anyio._model._errors`` for the tree): for failures, and for bad arguments
     :class:`~sepp_anyio.InvalidArgumentError` / :class:`~sepp_anyio.InvalidArgumentTypeError`
     (also ``ValueError`` / ``TypeError``) before any I/O. Cancellation is never
     caught or converted: a cancelled call is abandoned (its HTTP/2 stream
@@ -449,7 +449,8 @@ class Client:
         had already answered; that job is redelivered when its lease expires.
 
         Raises:
-            InvalidArgumentError: empty ``queues`` or queue name, ``lease`` <= 0,
+            InvalidArgumentError: no ``queues``, a queue name the server would refuse
+                (empty, ``.``, ``..``, a ``/`` or a control character), ``lease`` < 1 ms,
                 ``wait`` < 0, ``max_jobs`` < 1, or an empty ``worker_id``.
             UnknownQueuesError: strict mode and an undeclared queue.
             ClientError: the call failed.
@@ -652,7 +653,7 @@ class Client:
         returned.
 
         Raises:
-            InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
+            InvalidArgumentError: ``max`` < 0 or a ``queue`` name the server would refuse.
             ClientError: the call failed.
         """
         check_count(max, "max", minimum=0)

@@ -337,9 +337,12 @@ class Worker(anyio.AsyncContextManagerMixin):
             ``max_in_flight`` slot, and its lease is still extended.
 
     Raises:
-        ValueError: a bad argument, naming it (empty queues or queue name,
-            lease/wait <= 0, max_jobs/max_in_flight/sync_threads < 1, empty worker_id, ...).
-        TypeError: an argument of the wrong type, naming it.
+        InvalidArgumentError: a bad argument, naming it (no queues, a queue name the server
+            would refuse, lease < 1 ms, wait <= 0, max_jobs/max_in_flight/sync_threads < 1,
+            an empty worker_id, ...); also a ``ValueError``. The rules are the client's
+            (``Client.reserve`` checks the same values alike).
+        InvalidArgumentTypeError: an argument of the wrong type, naming it; also a
+            ``TypeError``.
     """
 
     def __init__(

@@ -9,7 +9,7 @@ Exit status, for every subcommand: 0 on success, 1 when the work fails (an unrea
 server, a refusal), 2 for bad input on the command line (an unknown command too: the line
 lists the commands and suggests the nearest); a failure is one line on stderr. When the
 reader of stdout goes away (``sepp-anyio info | head -1``) the command stops quietly with
-status 141, 128 + SIGPIPE (see ``_cli_common.stdout_closed``).
+status 141, 128 + SIGPIPE (see ``_common.stdout_closed``).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ _COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (``_cli_common.Parser`` would import the client: slow)."""
+    """Usage errors as one line (``_common.Parser`` would import the client: slow)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -112,7 +112,7 @@ def _leaf(error: BaseException) -> BaseException:
 
 
 def _stdout_closed() -> int:
-    # The same as _cli_common.stdout_closed, which is not imported here: `--help` stays fast.
+    # The same as _common.stdout_closed, which is not imported here: `--help` stays fast.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:

@@ -111,8 +111,9 @@ class Payload:
     ``bytes``) and ``encoding`` a non-empty string. The protocol refuses an empty payload:
     for a job without data, leave :attr:`EnqueueRequest.payload` as ``None``.
 
-    :raises InvalidArgumentTypeError: if ``data`` is not bytes-like or ``encoding`` is not a string.
-    :raises InvalidArgumentError: if either is empty.
+    Raises:
+        InvalidArgumentTypeError: if ``data`` is not bytes-like or ``encoding`` is not a string.
+        InvalidArgumentError: if either is empty.
     """
 
     #: The raw bytes, never empty.
@@ -148,11 +149,14 @@ class Payload:
         NaN and infinities are refused because they are not JSON and most other languages'
         parsers reject them.
 
-        :param obj: anything :func:`json.dumps` accepts.
-        :param encoding: the label to attach; override it when a queue's allow-list uses a
-            different spelling (for example ``"json"``).
-        :raises TypeError: if ``obj`` is not JSON-serialisable.
-        :raises ValueError: for NaN/infinite floats or circular references.
+        Args:
+            obj: anything :func:`json.dumps` accepts.
+            encoding: the label to attach; override it when a queue's allow-list uses a
+                different spelling (for example ``"json"``).
+
+        Raises:
+            TypeError: if ``obj`` is not JSON-serialisable.
+            ValueError: for NaN/infinite floats or circular references.
         """
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return cls(text.encode("utf-8"), encoding)
@@ -160,9 +164,10 @@ class Payload:
     def json(self) -> Any:
         """Parse :attr:`data` as JSON.
 
-        :raises InvalidArgumentError: if :attr:`encoding` is not a JSON media type
-            (``application/json``, ``*+json``, ``text/json`` or ``json``).
-        :raises json.JSONDecodeError: (a ``ValueError``) if the bytes are not valid JSON.
+        Raises:
+            InvalidArgumentError: if :attr:`encoding` is not a JSON media type
+                (``application/json``, ``*+json``, ``text/json`` or ``json``).
+            json.JSONDecodeError: (a ``ValueError``) if the bytes are not valid JSON.
         """
         if not _is_json_encoding(self.encoding):
             raise InvalidArgumentError(
@@ -175,8 +180,9 @@ class Payload:
     def from_text(cls, text: str, encoding: str = TEXT_ENCODING) -> Payload:
         """Encode ``text`` with the charset named in ``encoding`` (UTF-8 if none).
 
-        :raises ValueError: if ``text`` is empty or cannot be encoded in that charset.
-        :raises LookupError: if the charset is unknown to Python.
+        Raises:
+            ValueError: if ``text`` is empty or cannot be encoded in that charset.
+            LookupError: if the charset is unknown to Python.
         """
         check_str(text, "text", allow_empty=True)
         return cls(text.encode(_charset(encoding)), encoding)
@@ -184,8 +190,9 @@ class Payload:
     def text(self) -> str:
         """Decode :attr:`data` with the charset named in :attr:`encoding` (UTF-8 if none).
 
-        :raises UnicodeDecodeError: if the bytes are not valid in that charset.
-        :raises LookupError: if the charset is unknown to Python.
+        Raises:
+            UnicodeDecodeError: if the bytes are not valid in that charset.
+            LookupError: if the charset is unknown to Python.
         """
         return self.data.decode(_charset(self.encoding))
 
@@ -214,7 +221,8 @@ class TraceContext:
     ``ff`` forbidden); upper-case hex is accepted because the other sepp clients accept it.
     ``tracestate`` is passed through untouched.
 
-    :raises TraceContextError: (a ``ValueError``) if ``traceparent`` is malformed.
+    Raises:
+        TraceContextError: (a ``ValueError``) if ``traceparent`` is malformed.
     """
 
     #: For example ``"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"``.
@@ -320,8 +328,9 @@ class EnqueueRequest:
     Server-configured limits (name lengths, payload size, custom map size) are checked by
     the server and come back as a :class:`JobRejection`.
 
-    :raises InvalidArgumentTypeError: for a field of the wrong type.
-    :raises InvalidArgumentError: for a value out of range; the message names the field and limit.
+    Raises:
+        InvalidArgumentTypeError: for a field of the wrong type.
+        InvalidArgumentError: for a value out of range; the message names the field and limit.
     """
 
     #: The target queue.
@@ -412,8 +421,9 @@ class RetryDirective:
     :attr:`delay` seconds) or ``"dead_letter"`` (give up now). On the final attempt every
     kind dead-letters.
 
-    :raises InvalidArgumentError: for an unknown kind, or a delay that is missing, negative or not
-        finite for ``"after"`` (or given for another kind).
+    Raises:
+        InvalidArgumentError: for an unknown kind, or a delay that is missing, negative or not
+            finite for ``"after"`` (or given for another kind).
     """
 
     #: ``"default"``, ``"after"`` or ``"dead_letter"``.
@@ -462,8 +472,9 @@ class RetryPolicy:
     Validation: ``max_attempts`` is raised to at least 1 and ``multiplier`` to at least
     1.0 (matching the other sepp clients); the two backoffs must be finite and >= 0.
 
-    :raises InvalidArgumentTypeError: for a non-numeric field.
-    :raises InvalidArgumentError: for a negative or non-finite backoff.
+    Raises:
+        InvalidArgumentTypeError: for a non-numeric field.
+        InvalidArgumentError: for a negative or non-finite backoff.
     """
 
     #: Total tries per call, including the first.
@@ -502,7 +513,8 @@ class RetryPolicy:
         jitter, scaled by a random factor in [0.5, 1.0) so that clients failing together do
         not retry in lockstep, while the delay never drops below half its nominal value.
 
-        :raises InvalidArgumentError: if ``retry_index`` is negative.
+        Raises:
+            InvalidArgumentError: if ``retry_index`` is negative.
         """
         if retry_index < 0:
             raise InvalidArgumentError(f"retry_index must be >= 0, got {retry_index}")
@@ -701,12 +713,15 @@ class JobCtx:
         If cancelled midway, the server may or may not have extended the lease; the known
         expiry is then left unchanged (the conservative choice).
 
-        :param seconds: finite, at least 0.001 (the wire carries whole milliseconds).
-        :raises InvalidArgumentError: for a duration below 1 ms or not finite.
-        :raises RuntimeError: if the context has no lease (it was not made by a reserve).
-        :raises JobNotFoundError: if the lease was lost (expired, already settled).
-        :raises AttemptMismatchError: if the job was redelivered to someone else.
-        :raises ClientError: for transport and server failures.
+        Args:
+            seconds: finite, at least 0.001 (the wire carries whole milliseconds).
+
+        Raises:
+            InvalidArgumentError: for a duration below 1 ms or not finite.
+            RuntimeError: if the context has no lease (it was not made by a reserve).
+            JobNotFoundError: if the lease was lost (expired, already settled).
+            AttemptMismatchError: if the job was redelivered to someone else.
+            ClientError: for transport and server failures.
         """
         seconds = check_seconds(seconds, "seconds", minimum="millisecond")
         lease = self._lease

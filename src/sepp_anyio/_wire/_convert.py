@@ -1,4 +1,4 @@
-"""Wire <-> public conversion: the only bridge between ``_types`` and ``_proto``.
+"""Wire <-> public conversion: the only bridge between ``_model`` and ``_proto``.
 
 Everything that builds a request message or reads a response message lives here, so the
 client and worker never touch generated classes, and no generated type can leak into a
@@ -94,7 +94,8 @@ def seconds_to_duration(seconds: float) -> timedelta:
     Float noise below a microsecond is rounded away first, so ``1.001`` (stored as
     ``1.000999...``) is 1001 ms, not 1000.
 
-    :raises ValueError: if ``seconds`` is not finite.
+    Raises:
+        ValueError: if ``seconds`` is not finite.
     """
     if not math.isfinite(seconds):
         raise InvalidArgumentError(f"a duration must be a finite number of seconds, got {seconds}")
@@ -168,7 +169,8 @@ def payload_from_pb(message: Any, *, job_id: str | None = None) -> Payload | Non
 
     A payload message with no data is "no data" (``None``): zero bytes lose nothing.
 
-    :raises JobConversionError: if there is data but no encoding.
+    Raises:
+        JobConversionError: if there is data but no encoding.
     """
     if message is None:
         return None
@@ -202,7 +204,8 @@ def custom_from_pb(
 ) -> dict[str, CustomValue]:
     """``{key: pb.PrimitiveValue}`` as a plain dict.
 
-    :raises JobConversionError: if a value has no branch set.
+    Raises:
+        JobConversionError: if a value has no branch set.
     """
     out: dict[str, CustomValue] = {}
     for key, value in custom.items():
@@ -251,9 +254,10 @@ def trace_context_from_pb(message: Any) -> TraceContext | None:
 def enqueue_request_to_pb(request: EnqueueRequest, *, now: datetime | None = None) -> Any:
     """An :class:`EnqueueRequest` as a ``pb.EnqueueRequest``.
 
-    :param now: the clock used to turn ``delay`` into ``scheduled_at`` (default: the
-        current UTC time). Build the message once per call and reuse it across retries, so
-        a retry does not push the job further out.
+    Args:
+        now: the clock used to turn ``delay`` into ``scheduled_at`` (default: the
+            current UTC time). Build the message once per call and reuse it across retries, so
+            a retry does not push the job further out.
     """
     scheduled_at = request.scheduled_at
     if request.delay is not None:
@@ -277,8 +281,9 @@ def enqueue_batch_request_to_pb(
 ) -> Any:
     """A ``pb.EnqueueBatchRequest`` for ``EnqueueBatch`` or ``EnqueueAtomic``.
 
-    :raises EmptyBatchError: if ``requests`` is empty (the server refuses it).
-    :raises TypeError: if an element is not an :class:`EnqueueRequest`.
+    Raises:
+        EmptyBatchError: if ``requests`` is empty (the server refuses it).
+        TypeError: if an element is not an :class:`EnqueueRequest`.
     """
     if not requests:
         raise EmptyBatchError()
@@ -296,7 +301,8 @@ def enqueue_batch_request_to_pb(
 def enqueue_ack_from_pb(message: Any) -> EnqueueAck:
     """A ``pb.EnqueueResponse`` as an :class:`EnqueueAck`.
 
-    :raises MalformedResponseError: if the job id is empty.
+    Raises:
+        MalformedResponseError: if the job id is empty.
     """
     job_id = _str(message.job_id)
     if not job_id:
@@ -363,7 +369,8 @@ def rejection_from_pb(message: Any) -> JobRejection:
 def job_result_from_pb(message: Any, *, index: int) -> EnqueueAck | JobRejection:
     """One ``pb.JobResult`` of a best-effort batch.
 
-    :raises MalformedResponseError: if the result has neither success nor rejection.
+    Raises:
+        MalformedResponseError: if the result has neither success nor rejection.
     """
     branch, value = _which(message, "outcome")
     if branch == "success":
@@ -389,9 +396,10 @@ def enqueue_batch_results_from_pb(
     field, and the jobs that the readable results say were accepted, so that none of
     them is lost from sight.
 
-    :raises BatchResultCountMismatchError: if there are not ``expected`` results.
-    :raises MalformedResponseError: if a result does not decode, has no outcome, or an
-        ack has no job id.
+    Raises:
+        BatchResultCountMismatchError: if there are not ``expected`` results.
+        MalformedResponseError: if a result does not decode, has no outcome, or an
+            ack has no job id.
     """
     results = list(message.results)
     if len(results) != expected:
@@ -433,9 +441,10 @@ def validation_error_from_pb(message: Any) -> JobValidationError:
 def enqueue_atomic_from_pb(message: Any, *, expected: int) -> list[EnqueueAck]:
     """A ``pb.EnqueueAtomicResponse`` as one ack per job, in request order.
 
-    :raises BatchValidationError: if the server refused the batch (nothing was enqueued).
-    :raises BatchResultCountMismatchError: if there are not ``expected`` acks.
-    :raises MalformedResponseError: if the response has no outcome.
+    Raises:
+        BatchValidationError: if the server refused the batch (nothing was enqueued).
+        BatchResultCountMismatchError: if there are not ``expected`` acks.
+        MalformedResponseError: if the response has no outcome.
     """
     branch, value = _which(message, "outcome")
     if branch == "rejection":
@@ -463,8 +472,9 @@ def reserve_request_to_pb(
 ) -> Any:
     """A ``pb.ReserveRequest``. Arguments are assumed validated by the caller.
 
-    :param lease: requested lease in seconds (the server may clamp it).
-    :param wait: long-poll window in seconds (the server may clamp it).
+    Args:
+        lease: requested lease in seconds (the server may clamp it).
+        wait: long-poll window in seconds (the server may clamp it).
     """
     return pb.ReserveRequest(
         queues=list(queues),
@@ -506,12 +516,15 @@ def job_from_pb(
 ) -> Job:
     """A reserved ``pb.Job`` as a :class:`Job`.
 
-    :param worker_id: the worker id the reserve was sent with; echoed on ack/nack/extend.
-    :param make_lease: called with the finished context to build the lease that
-        :meth:`JobCtx.extend` goes through (its ``known_expiry`` should start at
-        ``ctx.lease_expires_at``, the *granted* expiry). ``None`` leaves the job without a
-        lease.
-    :raises JobConversionError: if a required field is missing or out of range.
+    Args:
+        worker_id: the worker id the reserve was sent with; echoed on ack/nack/extend.
+        make_lease: called with the finished context to build the lease that
+            :meth:`JobCtx.extend` goes through (its ``known_expiry`` should start at
+            ``ctx.lease_expires_at``, the *granted* expiry). ``None`` leaves the job without a
+            lease.
+
+    Raises:
+        JobConversionError: if a required field is missing or out of range.
     """
     job_id, job_type, priority = _checked_core(message)
     attempt = _int(message.attempt)
@@ -660,7 +673,8 @@ def extend_request_to_pb(ctx: JobCtx, seconds: float) -> Any:
 def extend_expiry_from_pb(message: Any) -> datetime:
     """The new lease expiry from a ``pb.ExtendResponse``.
 
-    :raises MalformedResponseError: if it is missing or before 1970.
+    Raises:
+        MalformedResponseError: if it is missing or before 1970.
     """
     expiry = _instant(message.lease_expires_at)
     if expiry is None:
@@ -697,8 +711,9 @@ def drain_request_to_pb(queue: str | None, max_records: int) -> Any:
 def dead_letter_from_pb(message: Any) -> DeadLetterRecord:
     """A ``pb.DeadLetterRecord`` as a :class:`DeadLetterRecord`.
 
-    :raises JobConversionError: if the job is missing, a required job field is missing or
-        out of range, the queue is empty, or ``failed_at`` is missing.
+    Raises:
+        JobConversionError: if the job is missing, a required job field is missing or
+            out of range, the queue is empty, or ``failed_at`` is missing.
     """
     job = message.job
     if job is None:
@@ -778,8 +793,9 @@ def _strings(values: Iterable[Any]) -> tuple[str, ...]:
 def server_info_from_pb(message: Any) -> ServerInfo:
     """A ``pb.GetServerInfoResponse`` as a :class:`ServerInfo`.
 
-    :raises MalformedServerInfoError: if the version is empty or the server time is
-        missing or before 1970.
+    Raises:
+        MalformedServerInfoError: if the version is empty or the server time is
+            missing or before 1970.
     """
     version = _str(message.server_version)
     if not version:

@@ -95,8 +95,9 @@ class ServerConfig:
     def from_toml(cls, source: str | Mapping[str, Any]) -> ServerConfig:
         """Build a config from TOML text or from an already-parsed mapping.
 
-        :raises ConfigError: on a TOML syntax error, an unknown section or key, a value of the
-            wrong type, or any rule violation; the message names the key.
+        Raises:
+            ConfigError: on a TOML syntax error, an unknown section or key, a value of the
+                wrong type, or any rule violation; the message names the key.
         """
         return cls(**config_kwargs_from_toml(source))
 
@@ -109,6 +110,7 @@ class ServerConfig:
         With *path* None, ``SEPP_CONFIG`` from *env* is used, else ``./sepp.toml`` if it
         exists, else the defaults.  *env* defaults to ``os.environ``.
 
-        :raises ConfigError: if an explicit path does not exist, or as :meth:`from_toml`.
+        Raises:
+            ConfigError: if an explicit path does not exist, or as :meth:`from_toml`.
         """
         return cls(**config_kwargs_from_sources(path, os.environ if env is None else env))
