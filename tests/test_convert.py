@@ -25,6 +25,18 @@ from sepp_anyio._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
+from sepp_anyio._model._payload import (
+    DeadLetterCause,
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobCtx,
+    Payload,
+    RetryDirective,
+    ServerInfo,
+    TraceContext,
+)
 from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -42,18 +54,6 @@ from sepp_anyio._model._rejections import (
     ScheduledTooFar,
     UnknownQueue,
     UnknownRejection,
-)
-from sepp_anyio._model._types import (
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
 )
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire import _convert as cv

@@ -14,15 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sepp_anyio._model._codecs import PayloadCodec, decode_payload, encode_payload, register_codec
-from sepp_anyio._model._rejections import (
-    EncodingNotAllowed,
-    JobRejection,
-    QueueClosing,
-    QueueFull,
-    UnknownQueue,
-    UnknownRejection,
-)
-from sepp_anyio._model._types import (
+from sepp_anyio._model._payload import (
     DeadLetterCause,
     DeadLetterRecord,
     EnqueueAck,
@@ -34,6 +26,14 @@ from sepp_anyio._model._types import (
     RetryPolicy,
     TraceContext,
     TraceContextError,
+)
+from sepp_anyio._model._rejections import (
+    EncodingNotAllowed,
+    JobRejection,
+    QueueClosing,
+    QueueFull,
+    UnknownQueue,
+    UnknownRejection,
 )
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

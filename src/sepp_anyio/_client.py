@@ -49,8 +49,7 @@ from ._model._errors import (
     SeppError,
 )
 from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
-from ._model._rejections import JobRejection
-from ._model._types import (
+from ._model._payload import (
     DeadLetterRecord,
     EnqueueAck,
     EnqueueRequest,
@@ -61,6 +60,7 @@ from ._model._types import (
     ServerInfo,
     TraceContext,
 )
+from ._model._rejections import JobRejection
 from ._proto.sepp import v1 as pb
 from ._retry import call_with_retry
 from ._transport import Channel

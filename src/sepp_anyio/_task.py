@@ -35,7 +35,7 @@ from ._model._checks import (
     check_str,
 )
 from ._model._errors import HandlerError
-from ._model._types import (
+from ._model._payload import (
     JSON_ENCODING,
     CustomValue,
     EnqueueAck,

@@ -92,7 +92,7 @@ from ._model._errors import (
     UnauthenticatedError,
     UnknownQueuesError,
 )
-from ._model._types import Job, JobCtx, Payload, RetryDirective
+from ._model._payload import Job, JobCtx, Payload, RetryDirective
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 

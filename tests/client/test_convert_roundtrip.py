@@ -29,6 +29,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sepp_anyio._model._errors import JobConversionError
+from sepp_anyio._model._payload import (
+    CustomValue,
+    DeadLetterCause,
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobCtx,
+    Payload,
+    RetryDirective,
+    ServerInfo,
+    TraceContext,
+)
 from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -45,19 +58,6 @@ from sepp_anyio._model._rejections import (
     QueueNameTooLong,
     ScheduledTooFar,
     UnknownQueue,
-)
-from sepp_anyio._model._types import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
 )
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire import _convert as cv

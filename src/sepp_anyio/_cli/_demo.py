@@ -38,7 +38,7 @@ import anyio
 
 from .._client import Client
 from .._model._errors import HandlerError
-from .._model._types import DeadLetterCause, EnqueueAck, EnqueueRequest, JobCtx, Payload
+from .._model._payload import DeadLetterCause, EnqueueAck, EnqueueRequest, JobCtx, Payload
 from .._worker import Worker
 from ._common import (
     EXIT_FAILURE,

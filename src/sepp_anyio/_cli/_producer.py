@@ -20,7 +20,7 @@ from typing import Any
 
 from .._client import Client
 from .._model._errors import SeppError
-from .._model._types import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
+from .._model._payload import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
 from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
-from ._types import JSON_ENCODING, Payload, _charset, _is_json_encoding, _media_type
+from ._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding, _media_type
 
 __all__ = ["PayloadCodec", "decode_payload", "encode_payload", "register_codec"]
 

@@ -1,7 +1,7 @@
 """The root of the exception tree and the errors for bad arguments.
 
 Kept apart from :mod:`sepp_anyio._model._errors` (which draws the whole tree and re-exports
-these) because the public data types in :mod:`sepp_anyio._model._types` raise the argument
+these) because the public data types in :mod:`sepp_anyio._model._payload` raise the argument
 errors while ``_errors`` itself imports ``_types``: this module imports nothing of the
 package, so every module can use it.
 """

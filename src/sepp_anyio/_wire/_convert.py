@@ -45,6 +45,20 @@ from .._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
+from .._model._payload import (
+    CustomValue,
+    DeadLetterCause,
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobCtx,
+    Payload,
+    RetryDirective,
+    ServerInfo,
+    TraceContext,
+    _LeaseLike,
+)
 from .._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -63,20 +77,6 @@ from .._model._rejections import (
     ScheduledTooFar,
     UnknownQueue,
     UnknownRejection,
-)
-from .._model._types import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-    _LeaseLike,
 )
 from .._proto.google import protobuf as pb_wkt
 from .._proto.sepp import v1 as pb
