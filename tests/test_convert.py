@@ -17,6 +17,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sepp_anyio._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from sepp_anyio._model._enqueue import EnqueueAck, EnqueueRequest
 from sepp_anyio._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
@@ -25,18 +27,8 @@ from sepp_anyio._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from sepp_anyio._model._payload import (
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-)
+from sepp_anyio._model._job import Job, JobCtx
+from sepp_anyio._model._payload import Payload
 from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -55,6 +47,9 @@ from sepp_anyio._model._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
+from sepp_anyio._model._retries import RetryDirective
+from sepp_anyio._model._server_info import ServerInfo
+from sepp_anyio._model._trace import TraceContext
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire import _convert as cv
 from tests.support import encoders as enc

@@ -41,8 +41,8 @@ from sepp_anyio._model._errors import (
     UnknownQueuesError,
     error_from_status,
 )
-from sepp_anyio._model._payload import RetryDirective
 from sepp_anyio._model._rejections import JobValidationError, QueueFull, UnknownQueue
+from sepp_anyio._model._retries import RetryDirective
 
 S = StatusCode
 

@@ -35,6 +35,8 @@ from ._model._checks import (
     check_seconds,
     check_str,
 )
+from ._model._dead_letters import DeadLetterRecord
+from ._model._enqueue import EnqueueAck, EnqueueRequest
 from ._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
@@ -48,19 +50,12 @@ from ._model._errors import (
     MalformedResponseError,
     SeppError,
 )
+from ._model._job import Job, JobCtx
 from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
-from ._model._payload import (
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    RetryDirective,
-    RetryPolicy,
-    ServerInfo,
-    TraceContext,
-)
 from ._model._rejections import JobRejection
+from ._model._retries import RetryDirective, RetryPolicy
+from ._model._server_info import ServerInfo
+from ._model._trace import TraceContext
 from ._proto.sepp import v1 as pb
 from ._retry import call_with_retry
 from ._transport import Channel

@@ -25,7 +25,7 @@ from datetime import datetime
 import anyio
 
 from ._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
-from ._model._payload import JobCtx
+from ._model._job import JobCtx
 
 __all__ = ["JobRun", "heartbeat"]
 

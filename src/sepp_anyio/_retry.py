@@ -10,7 +10,7 @@ import anyio
 from grpclib.exceptions import GRPCError
 
 from ._model._errors import error_from_status
-from ._model._payload import RetryPolicy
+from ._model._retries import RetryPolicy
 
 __all__ = ["call_with_retry"]
 

@@ -34,18 +34,11 @@ from ._model._checks import (
     check_seconds,
     check_str,
 )
+from ._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
 from ._model._errors import HandlerError
-from ._model._payload import (
-    JSON_ENCODING,
-    CustomValue,
-    EnqueueAck,
-    EnqueueRequest,
-    Payload,
-    RetryDirective,
-    TraceContext,
-    _charset,
-    _is_json_encoding,
-)
+from ._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
+from ._model._retries import RetryDirective
+from ._model._trace import TraceContext
 from ._typed import Invalid, Problem, TypeCodec, codec_for
 
 if TYPE_CHECKING:

@@ -92,7 +92,9 @@ from ._model._errors import (
     UnauthenticatedError,
     UnknownQueuesError,
 )
-from ._model._payload import Job, JobCtx, Payload, RetryDirective
+from ._model._job import Job, JobCtx
+from ._model._payload import Payload
+from ._model._retries import RetryDirective
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 

@@ -28,20 +28,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sepp_anyio._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from sepp_anyio._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
 from sepp_anyio._model._errors import JobConversionError
-from sepp_anyio._model._payload import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-)
+from sepp_anyio._model._job import Job, JobCtx
+from sepp_anyio._model._payload import Payload
 from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -59,6 +50,9 @@ from sepp_anyio._model._rejections import (
     ScheduledTooFar,
     UnknownQueue,
 )
+from sepp_anyio._model._retries import RetryDirective
+from sepp_anyio._model._server_info import ServerInfo
+from sepp_anyio._model._trace import TraceContext
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire import _convert as cv
 from tests.support import encoders as enc

@@ -33,7 +33,7 @@ import anyio
 from .._client import Client, connect
 from .._model._checks import seconds_problem
 from .._model._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
-from .._model._payload import RetryPolicy
+from .._model._retries import RetryPolicy
 
 __all__ = [
     "BACKENDS",

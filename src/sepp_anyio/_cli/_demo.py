@@ -37,8 +37,11 @@ from typing import TextIO
 import anyio
 
 from .._client import Client
+from .._model._dead_letters import DeadLetterCause
+from .._model._enqueue import EnqueueAck, EnqueueRequest
 from .._model._errors import HandlerError
-from .._model._payload import DeadLetterCause, EnqueueAck, EnqueueRequest, JobCtx, Payload
+from .._model._job import JobCtx
+from .._model._payload import Payload
 from .._worker import Worker
 from ._common import (
     EXIT_FAILURE,

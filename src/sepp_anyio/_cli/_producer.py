@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from .._client import Client
+from .._model._dead_letters import DeadLetterRecord
+from .._model._enqueue import EnqueueAck, EnqueueRequest
 from .._model._errors import SeppError
-from .._model._payload import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
+from .._model._payload import Payload
+from .._model._retries import RetryPolicy
 from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,

@@ -48,7 +48,7 @@ import anyio.abc
 
 from .._client import Client
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
-from .._model._payload import RetryPolicy
+from .._model._retries import RetryPolicy
 from .._worker import Handler, HandlerSignatureError, Worker, check_handler
 from ._common import (
     EXIT_FAILURE,

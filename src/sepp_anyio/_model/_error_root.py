@@ -1,8 +1,8 @@
 """The root of the exception tree and the errors for bad arguments.
 
 Kept apart from :mod:`sepp_anyio._model._errors` (which draws the whole tree and re-exports
-these) because the public data types in :mod:`sepp_anyio._model._payload` raise the argument
-errors while ``_errors`` itself imports ``_types``: this module imports nothing of the
+these) because the public data types (``_payload``, ``_enqueue``, ...) raise the argument
+errors while ``_errors`` itself imports them: this module imports nothing of the
 package, so every module can use it.
 """
 

@@ -58,8 +58,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError, SeppError, StatusCode
-from ._payload import RetryDirective
 from ._rejections import JobRejection, JobValidationError
+from ._retries import RetryDirective
 
 __all__ = [
     "KEYLESS_ENQUEUE_RETRYABLE_CODES",

@@ -30,7 +30,8 @@ from ._rejections import (
 
 if TYPE_CHECKING:
     # Types only: ``ServerInfo.check`` calls this module, so it may not import theirs.
-    from ._payload import CustomValue, EnqueueRequest, ServerInfo
+    from ._enqueue import CustomValue, EnqueueRequest
+    from ._server_info import ServerInfo
 
 __all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "check_request"]
 

@@ -35,6 +35,8 @@ from typing import Any
 import betterproto2
 
 from .._model._checks import MAX_PRIORITY
+from .._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from .._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
 from .._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
@@ -45,20 +47,8 @@ from .._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from .._model._payload import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-    _LeaseLike,
-)
+from .._model._job import Job, JobCtx, _LeaseLike
+from .._model._payload import Payload
 from .._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
@@ -78,6 +68,9 @@ from .._model._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
+from .._model._retries import RetryDirective
+from .._model._server_info import ServerInfo
+from .._model._trace import TraceContext
 from .._proto.google import protobuf as pb_wkt
 from .._proto.sepp import v1 as pb
 from ._codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
