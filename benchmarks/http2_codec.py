@@ -11,7 +11,7 @@ received DATA is acknowledged.
 
 * client role: our client, h2 configured as the transport configures it (header
   validation and normalisation off, raw bytes), and that h2 with the speed-ups of
-  today's transport (``sepp_anyio._grpc._connection``), each against an h2 server;
+  today's transport (``sepp_anyio._transport._connection``), each against an h2 server;
 * server role: our server, and h2 with its default (validating) configuration as
   grpclib's server uses it, each against an h2 client.
 
@@ -140,9 +140,9 @@ def client_h2(calls: int, batch: int) -> float:
 
 
 def client_h2_transport(calls: int, batch: int) -> float:
-    """h2 with the speed-ups today's transport adds (``_grpc/_connection.py``: a fast
+    """h2 with the speed-ups today's transport adds (``_transport/_connection.py``: a fast
     path for DATA and HEADERS, cached header encoding and decoding)."""
-    from sepp_anyio._grpc._connection import Connection as Transport
+    from sepp_anyio._transport._connection import Connection as Transport
 
     class _NoStream:
         async def send(self, data: bytes) -> None:  # pragma: no cover (never called)

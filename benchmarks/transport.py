@@ -78,8 +78,8 @@ def run_client(kind: str, port: int, calls: int) -> dict[str, float]:
     if kind.startswith("sepp-anyio"):
         import anyio
 
-        from sepp_anyio._grpc import Channel
         from sepp_anyio._proto.sepp import v1 as pb
+        from sepp_anyio._transport import Channel
 
         async def ours() -> dict[str, float]:
             async with Channel("127.0.0.1", port) as channel:

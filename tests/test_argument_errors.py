@@ -24,7 +24,7 @@ from sepp_anyio import (
     SeppError,
     TraceContext,
 )
-from sepp_anyio._convert import seconds_to_duration
+from sepp_anyio._wire._convert import seconds_to_duration
 from sepp_anyio.testing import open_in_memory_client
 
 Bad = Callable[[], object]

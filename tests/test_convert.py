@@ -17,8 +17,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio import _convert as cv
-from sepp_anyio._errors import (
+from sepp_anyio._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from sepp_anyio._model._enqueue import EnqueueAck, EnqueueRequest
+from sepp_anyio._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
@@ -26,8 +27,9 @@ from sepp_anyio._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._rejections import (
+from sepp_anyio._model._job import Job, JobCtx
+from sepp_anyio._model._payload import Payload
+from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -45,18 +47,12 @@ from sepp_anyio._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from sepp_anyio._types import (
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-)
+from sepp_anyio._model._retries import RetryDirective
+from sepp_anyio._model._server_info import ServerInfo
+from sepp_anyio._model._trace import TraceContext
+from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire import _convert as cv
+from tests.support import encoders as enc
 
 # sepp-py's module builds its classes at import time from a descriptor, so mypy cannot see
 # them; it is only ever used dynamically here.
@@ -351,7 +347,7 @@ def test_rejection_branch_round_trip(
     assert type(rejection) is type(expected)
     assert str(rejection) == text
     # Back to the wire, read by sepp-py's independent decoder, and into ours again.
-    encoded = bytes(cv.rejection_to_pb(rejection))
+    encoded = bytes(enc.rejection_to_pb(rejection))
     assert q.JobRejection.FromString(encoded).WhichOneof("reason") == branch
     assert encoded == bytes(message)
     assert cv.rejection_from_pb(pb.JobRejection.parse(encoded)) == expected
@@ -385,7 +381,7 @@ def test_missing_rejection_reason() -> None:
     assert cv.rejection_from_pb(pb.JobRejection()) == UnknownRejection()
     assert cv.rejection_from_pb(None) == UnknownRejection()
     assert str(UnknownRejection()) == "the server rejected the job without giving a reason"
-    assert bytes(cv.rejection_to_pb(UnknownRejection(15))) == b""
+    assert bytes(enc.rejection_to_pb(UnknownRejection(15))) == b""
 
 
 # ---------------------------------------------------------------------------- batch results
@@ -539,7 +535,7 @@ def test_job_wire_parity_from_sepp_py() -> None:
 
 def test_job_to_pb_round_trip() -> None:
     job = cv.job_from_pb(_pb_job(), worker_id="w")
-    again = cv.job_from_pb(_wire(cv.job_to_pb(job)), worker_id="w")
+    again = cv.job_from_pb(_wire(enc.job_to_pb(job)), worker_id="w")
     assert again == job
 
 
@@ -651,7 +647,7 @@ def test_nack_request(directive: RetryDirective, branch: str) -> None:
     assert (parsed.job_id, parsed.attempt, parsed.worker_id) == (JOB_ID, 2, "w-1")
     assert parsed.reason == "boom"
     assert parsed.retry.WhichOneof("strategy") == branch
-    assert cv.retry_directive_from_pb(_wire(message).retry) == directive
+    assert enc.retry_directive_from_pb(_wire(message).retry) == directive
 
 
 @pytest.mark.parametrize("reason", [None, ""])
@@ -671,11 +667,11 @@ def test_retry_directive_delay_is_truncated_to_ms() -> None:
 
 
 def test_retry_directive_from_pb() -> None:
-    assert cv.retry_directive_from_pb(None) == RetryDirective.default()
+    assert enc.retry_directive_from_pb(None) == RetryDirective.default()
     with pytest.raises(ValueError, match="retry strategy is required"):
-        cv.retry_directive_from_pb(pb.NackRetry())
+        enc.retry_directive_from_pb(pb.NackRetry())
     with pytest.raises(ValueError, match="delay must be >= 0"):
-        cv.retry_directive_from_pb(pb.NackRetry(delay=timedelta(seconds=-1)))
+        enc.retry_directive_from_pb(pb.NackRetry(delay=timedelta(seconds=-1)))
 
 
 def test_nack_response() -> None:
@@ -813,7 +809,7 @@ def test_dead_letters_from_pb_skips_bad_records() -> None:
 
 def test_dead_letter_to_pb_round_trip() -> None:
     record = cv.dead_letter_from_pb(_ours(_q_record()))
-    encoded = bytes(cv.dead_letter_to_pb(record))
+    encoded = bytes(enc.dead_letter_to_pb(record))
     parsed = q.DeadLetterRecord.FromString(encoded)
     assert parsed.cause == q.DEAD_LETTER_CAUSE_ATTEMPTS_EXHAUSTED
     assert parsed.job.id == JOB_ID
@@ -895,8 +891,8 @@ def test_server_info_wire_parity_from_sepp_py() -> None:
         strict_queues=True,
         dead_letter_retention_enabled=True,
     )
-    assert cv.server_info_from_pb(_wire(cv.server_info_to_pb(info))) == info
-    assert q.GetServerInfoResponse.FromString(bytes(cv.server_info_to_pb(info))) == _q_info()
+    assert cv.server_info_from_pb(_wire(enc.server_info_to_pb(info))) == info
+    assert q.GetServerInfoResponse.FromString(bytes(enc.server_info_to_pb(info))) == _q_info()
 
 
 def test_server_info_missing_durations_are_zero() -> None:

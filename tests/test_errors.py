@@ -8,8 +8,8 @@ import pickle
 import grpclib.const
 import pytest
 
-from sepp_anyio import _errors
-from sepp_anyio._errors import (
+from sepp_anyio._model import _errors
+from sepp_anyio._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
     AttemptMismatchError,
@@ -41,8 +41,8 @@ from sepp_anyio._errors import (
     UnknownQueuesError,
     error_from_status,
 )
-from sepp_anyio._rejections import JobValidationError, QueueFull, UnknownQueue
-from sepp_anyio._types import RetryDirective
+from sepp_anyio._model._rejections import JobValidationError, QueueFull, UnknownQueue
+from sepp_anyio._model._retries import RetryDirective
 
 S = StatusCode
 

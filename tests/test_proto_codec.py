@@ -1,23 +1,23 @@
-"""The compiled protobuf codec (``sepp_anyio._proto_codec``) against betterproto2's own code.
+"""The compiled protobuf codecs (``sepp_anyio._wire._codec``) against betterproto2's own code.
 
-* every installed class: random messages (built from betterproto2's field metadata) encode to
+* every generated class: random messages (built from betterproto2's field metadata) encode to
   exactly betterproto2's bytes and decode to the same message, ``_unknown_fields`` included,
   also with unknown fields appended, interleaved, and known fields reordered or repeated;
 * arbitrary and mutated bytes: whatever the compiled decoder accepts, betterproto2 accepts too
-  and decodes to the same message (which passes the ``check_decoded`` type walk); whatever it
-  refuses, it refuses with ``DecodeError`` or ``UnicodeDecodeError``;
+  and decodes to the same message (which passes the type walk of ``tests/support/decoded.py``);
+  whatever it refuses, it refuses with ``DecodeError`` or ``UnicodeDecodeError``;
 * the strict cases one by one (wrong wire type, truncation, long varints, groups, field 0,
   a map entry without value, unknown enum values, negative seconds/nanos);
-* ``check_decoded`` skips compiled classes only;
+* the type walk catches what betterproto2's own decoder lets through;
 * the Timestamp/Duration arithmetic written out in the codec is the generated classes' own.
 
-betterproto2's reference results are computed with the compiled codecs uninstalled (and the
-cached default lookup of ``_proto_speedups`` removed), then everything is put back.
+The compiled side is ``encode`` / ``decode`` (the table the transport and the server use);
+betterproto2's reference results are the generated classes' own ``bytes()`` / ``FromString``,
+which ``sepp_anyio`` leaves exactly as generated (tests/test_no_patching.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import struct
 from collections.abc import Iterator
@@ -29,14 +29,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-import sepp_anyio  # noqa: F401  (installs the compiled codecs)
-from sepp_anyio import _proto_codec
-from sepp_anyio._decoded import _check_message, check_decoded
 from sepp_anyio._proto.google import protobuf as wkt
 from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._proto_codec import DecodeError
+from sepp_anyio._wire import _codec as _proto_codec
+from sepp_anyio._wire import _wireformat
+from sepp_anyio._wire._codec import CODECS, decode, encode
+from sepp_anyio._wire._wireformat import DecodeError
+from tests.support.decoded import _check_message, check_decoded
 
-ALL_CLASSES: list[type[Any]] = _proto_codec.installed_classes()
+ALL_CLASSES: list[type[Any]] = list(CODECS)
 CAUSES: list[Any] = [*pb.DeadLetterCause]
 HOT_CLASSES: list[type[Any]] = [
     pb.ReserveResponse,
@@ -74,34 +75,14 @@ def _class_id(cls: type[Any]) -> str:
 # ---------------------------------------------------------------------- reference codec
 
 
-@contextlib.contextmanager
-def betterproto2_codec() -> Iterator[None]:
-    """betterproto2's own encoding and decoding on every class, for the duration."""
-    classes = _proto_codec.installed_classes()
-    assert classes, "the compiled codecs are not installed"
-    defaults = {
-        cls: vars(cls)["_get_field_default"] for cls in classes if "_get_field_default" in vars(cls)
-    }
-    _proto_codec.uninstall()
-    try:
-        for cls in defaults:
-            delattr(cls, "_get_field_default")
-        assert not _proto_codec.installed_classes()
-        yield
-    finally:
-        for cls, method in defaults.items():
-            setattr(cls, "_get_field_default", method)  # noqa: B010
-        _proto_codec.install(classes)
-
-
 def reference_bytes(message: Any) -> bytes:
-    with betterproto2_codec():
-        return bytes(message)
+    """betterproto2's own encoding."""
+    return bytes(message)
 
 
 def reference_parse(cls: type[Any], data: bytes) -> Any:
-    with betterproto2_codec():
-        return cls.FromString(data)
+    """betterproto2's own decoding."""
+    return cls.FromString(data)
 
 
 def test_every_generated_class_is_compiled() -> None:
@@ -118,22 +99,14 @@ def test_every_generated_class_is_compiled() -> None:
 
 
 def test_reference_codec_is_betterproto2() -> None:
-    """The reference really is betterproto2's code, and installing again is complete."""
-    before = _proto_codec.installed_classes()
-    assert pb.Job in before and wkt.Timestamp in before and wkt.Empty in before
-    assert _proto_codec.is_compiled(pb.Job)
-    assert pb.Job.__bytes__ is not betterproto2.Message.__bytes__
-    with betterproto2_codec():
-        for cls in before:
-            assert not _proto_codec.is_compiled(cls)
-            assert cls.__bytes__ is betterproto2.Message.__bytes__
-            assert cls.SerializeToString is betterproto2.Message.SerializeToString
-            assert "parse" not in vars(cls) and "FromString" not in vars(cls)
-    assert _proto_codec.installed_classes() == before
-    for cls in before:
-        assert _proto_codec.is_compiled(cls)
-        assert cls.__bytes__ is not betterproto2.Message.__bytes__
-        assert "parse" in vars(cls) and "FromString" in vars(cls)
+    """The reference really is betterproto2's code: the classes are as generated."""
+    assert pb.Job in CODECS and wkt.Timestamp in CODECS and wkt.Empty in CODECS
+    for cls in CODECS:
+        assert cls.__bytes__ is betterproto2.Message.__bytes__
+        assert cls.SerializeToString is betterproto2.Message.SerializeToString
+        assert "parse" not in vars(cls) and "FromString" not in vars(cls)
+        encode_, decode_ = CODECS[cls]
+        assert encode_ is not cls.__bytes__ and decode_ is not cls.FromString
 
 
 # ------------------------------------------------------------------------ comparisons
@@ -522,13 +495,13 @@ def test_strategy_reaches(feature: str, cls: type[Any]) -> None:
 
 def check_decodes_like_betterproto2(cls: type[Any], data: bytes) -> Any:
     """Decode ``data`` with both codecs, compare, and compare their re-encodings."""
-    decoded = cls.FromString(data)
+    decoded = decode(cls, data)
     assert type(decoded) is cls
     reference = reference_parse(cls, data)
     assert decoded == reference
     assert_same(decoded, reference)
-    assert_same(cls.parse(bytearray(data)), reference)
-    reencoded = bytes(decoded)
+    assert_same(decode(cls, bytearray(data)), reference)
+    reencoded = encode(decoded)
     assert reencoded == reference_bytes(decoded) == reference_bytes(reference)
     assert decoded.SerializeToString() == reencoded
     return decoded
@@ -539,7 +512,7 @@ def check_decodes_like_betterproto2(cls: type[Any], data: bytes) -> Any:
 @given(data=st.data())
 def test_codec_matches_betterproto2(cls: type[Any], data: st.DataObject) -> None:
     message = data.draw(messages(cls), label="message")
-    encoded = bytes(message)
+    encoded = encode(message)
     assert encoded == reference_bytes(message), message
     assert message.SerializeToString() == encoded
     decoded = check_decodes_like_betterproto2(cls, encoded)
@@ -549,7 +522,7 @@ def test_codec_matches_betterproto2(cls: type[Any], data: st.DataObject) -> None
     extra = data.draw(unknown_fields, label="appended unknown fields")
     decoded = check_decodes_like_betterproto2(cls, encoded + extra)
     assert decoded._unknown_fields == message._unknown_fields + extra
-    assert bytes(decoded).endswith(extra)
+    assert encode(decoded).endswith(extra)
 
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=_class_id)
@@ -559,7 +532,7 @@ def test_rearranged_fields_decode_like_betterproto2(cls: type[Any], data: st.Dat
     """Known fields reordered and repeated (last one wins, lists append, maps overwrite),
     unknown fields interleaved between them."""
     message = data.draw(messages(cls, unknown=False), label="message")
-    chunks = split_fields(bytes(message))
+    chunks = split_fields(encode(message))
     repeated = data.draw(st.lists(st.sampled_from(chunks), max_size=3) if chunks else st.just([]))
     inserted = data.draw(st.lists(unknown_field(), max_size=3), label="interleaved unknown")
     chunks = data.draw(st.permutations([*chunks, *repeated, *inserted]), label="field order")
@@ -575,7 +548,7 @@ def check_sound(cls: type[Any], data: bytes) -> bool:
     """The compiled decoder accepts only what betterproto2 decodes to the same (well-typed)
     message, and refuses with ValueError. Returns whether it accepted."""
     try:
-        decoded = cls.FromString(data)
+        decoded = decode(cls, data)
     except (DecodeError, UnicodeDecodeError):
         return False
     except OverflowError:
@@ -587,7 +560,7 @@ def check_sound(cls: type[Any], data: bytes) -> bool:
     _check_message(decoded, "")
     reference = fill_missing_map_values(reference_parse(cls, data))
     assert_same(decoded, reference)
-    assert bytes(decoded) == reference_bytes(decoded)
+    assert encode(decoded) == reference_bytes(decoded)
     return True
 
 
@@ -632,13 +605,13 @@ def mutate(data: bytes, steps: list[Mutation]) -> bytes:
 def test_mutated_encodings_are_decoded_soundly(cls: type[Any], data: st.DataObject) -> None:
     message = data.draw(messages(cls, depth=2), label="message")
     steps = data.draw(mutations, label="mutations")
-    check_sound(cls, mutate(bytes(message), steps))
+    check_sound(cls, mutate(encode(message), steps))
 
 
 def test_soundness_check_sees_both_outcomes() -> None:
     """``check_sound`` is not vacuous: it sees accepted and refused inputs."""
     job = pb.Job(id="j", custom={"k": pb.PrimitiveValue(int_value=-1)}, attempt=3)
-    encoded = bytes(job)
+    encoded = encode(job)
     assert check_sound(pb.Job, encoded)
     assert check_sound(pb.Job, encoded[:-1]) is False
     assert check_sound(pb.Job, b"\x08\x01") is False
@@ -773,31 +746,30 @@ def test_schema_shaped_bytes_are_decoded_soundly(cls: type[Any], data: st.DataOb
 
 def test_wrong_wire_type_names_the_field() -> None:
     with pytest.raises(DecodeError, match=r"Job\.id has the wrong wire type"):
-        pb.Job.FromString(tag(1, 0) + varint(5))
+        decode(pb.Job, tag(1, 0) + varint(5))
     with pytest.raises(DecodeError, match=r"Job\.priority has the wrong wire type"):
-        pb.Job.FromString(length_delimited(4, b"\x01"))
+        decode(pb.Job, length_delimited(4, b"\x01"))
     with pytest.raises(DecodeError, match=r"Job\.payload has the wrong wire type"):
-        pb.Job.FromString(tag(3, 5) + b"\x00" * 4)
+        decode(pb.Job, tag(3, 5) + b"\x00" * 4)
     with pytest.raises(DecodeError, match=r"PrimitiveValue\.double_value has the wrong wire"):
-        pb.PrimitiveValue.FromString(tag(2, 5) + b"\x00" * 4)
+        decode(pb.PrimitiveValue, tag(2, 5) + b"\x00" * 4)
     # Nested: the innermost field is named.
     job = length_delimited(1, tag(2, 0) + varint(1))
     with pytest.raises(DecodeError, match=r"Job\.job_type has the wrong wire type"):
-        pb.ReserveResponse.FromString(job)
+        decode(pb.ReserveResponse, job)
     # Map entries and wrapped well-known types.
     with pytest.raises(DecodeError, match=r"Job\.custom has the wrong wire type"):
-        pb.Job.FromString(length_delimited(10, tag(1, 0) + varint(1)))
+        decode(pb.Job, length_delimited(10, tag(1, 0) + varint(1)))
     with pytest.raises(DecodeError, match=r"Job\.custom has the wrong wire type"):
-        pb.Job.FromString(length_delimited(10, tag(2, 0) + varint(1)))
+        decode(pb.Job, length_delimited(10, tag(2, 0) + varint(1)))
     with pytest.raises(DecodeError, match=r"seconds has the wrong wire type"):
-        pb.Job.FromString(length_delimited(6, length_delimited(1, b"")))
+        decode(pb.Job, length_delimited(6, length_delimited(1, b"")))
     with pytest.raises(DecodeError, match=r"nanos has the wrong wire type"):
-        pb.ExtendRequest.FromString(length_delimited(3, tag(2, 5) + b"\x00" * 4))
+        decode(pb.ExtendRequest, length_delimited(3, tag(2, 5) + b"\x00" * 4))
     with pytest.raises(DecodeError, match="wrong wire type"):
-        pb.DeadLetterRecord.FromString(length_delimited(2, b""))
+        decode(pb.DeadLetterRecord, length_delimited(2, b""))
     # betterproto2 alone accepts the first of these, with an int job id.
-    with betterproto2_codec():
-        assert pb.Job.FromString(tag(1, 0) + varint(5)).id == 5
+    assert pb.Job.FromString(tag(1, 0) + varint(5)).id == 5
 
 
 @pytest.mark.parametrize(
@@ -818,34 +790,34 @@ def test_wrong_wire_type_names_the_field() -> None:
 )
 def test_truncated_input_is_refused(data: bytes) -> None:
     with pytest.raises(DecodeError):
-        pb.Job.FromString(data)
+        decode(pb.Job, data)
 
 
 def test_truncated_double_is_refused() -> None:
     with pytest.raises(DecodeError, match="truncated"):
-        pb.PrimitiveValue.FromString(tag(2, 1) + b"\x00" * 7)
-    assert pb.PrimitiveValue.FromString(tag(2, 1) + struct.pack("<d", 1.5)).double_value == 1.5
+        decode(pb.PrimitiveValue, tag(2, 1) + b"\x00" * 7)
+    assert decode(pb.PrimitiveValue, tag(2, 1) + struct.pack("<d", 1.5)).double_value == 1.5
 
 
 def test_varints_have_at_most_ten_bytes() -> None:
     ten = b"\xff" * 9 + b"\x01"  # -1 as int64: the longest valid varint
-    assert pb.PrimitiveValue.FromString(tag(3, 0) + ten).int_value == -1
+    assert decode(pb.PrimitiveValue, tag(3, 0) + ten).int_value == -1
     assert (
-        pb.PrimitiveValue.FromString(tag(3, 0) + ten).int_value
+        decode(pb.PrimitiveValue, tag(3, 0) + ten).int_value
         == reference_parse(pb.PrimitiveValue, tag(3, 0) + ten).int_value
     )
     eleven = b"\x80" * 10 + b"\x01"
     with pytest.raises(DecodeError, match="longer than 10 bytes"):
-        pb.PrimitiveValue.FromString(tag(3, 0) + eleven)
+        decode(pb.PrimitiveValue, tag(3, 0) + eleven)
     with pytest.raises(DecodeError, match="longer than 10 bytes"):
-        pb.Job.FromString(tag(150, 0) + eleven)  # unknown field
+        decode(pb.Job, tag(150, 0) + eleven)  # unknown field
     with pytest.raises(DecodeError, match="longer than 10 bytes"):
-        pb.Job.FromString(eleven + b"\x00")  # tag
+        decode(pb.Job, eleven + b"\x00")  # tag
     with pytest.raises(DecodeError, match="longer than 10 bytes"):
-        pb.Job.FromString(tag(1, 2) + eleven)  # length
+        decode(pb.Job, tag(1, 2) + eleven)  # length
     # A non-minimal but ten-byte varint is fine.
     padded = b"\x85" + b"\x80" * 8 + b"\x00"
-    assert pb.Job.FromString(tag(4, 0) + padded).priority == 5
+    assert decode(pb.Job, tag(4, 0) + padded).priority == 5
 
 
 @pytest.mark.parametrize(
@@ -873,20 +845,20 @@ def test_varints_are_masked_like_betterproto2(
     cls: type[Any], number: int, value: int, expected: int
 ) -> None:
     data = tag(number, 0) + varint(value)
-    decoded = cls.FromString(data)
+    decoded = decode(cls, data)
     field = metadata(cls).field_name_by_number[number]
     assert getattr(decoded, field) == expected
     assert_same(decoded, reference_parse(cls, data))
-    assert bytes(decoded) == reference_bytes(decoded)
+    assert encode(decoded) == reference_bytes(decoded)
 
 
 @pytest.mark.parametrize("wire_type", [3, 4, 6, 7])
 @pytest.mark.parametrize("number", [1, 4, 150])
 def test_groups_and_reserved_wire_types_are_refused(number: int, wire_type: int) -> None:
     with pytest.raises(DecodeError):
-        pb.Job.FromString(tag(number, wire_type) + tag(number, 4))
+        decode(pb.Job, tag(number, wire_type) + tag(number, 4))
     with pytest.raises(DecodeError):
-        wkt.Empty.FromString(tag(number, wire_type))
+        decode(wkt.Empty, tag(number, wire_type))
 
 
 @pytest.mark.parametrize(
@@ -902,16 +874,16 @@ def test_groups_and_reserved_wire_types_are_refused(number: int, wire_type: int)
 def test_field_number_zero_is_refused(data: bytes) -> None:
     for cls in (pb.Job, pb.PrimitiveValue, wkt.Empty, pb.GetServerInfoRequest):
         with pytest.raises(DecodeError, match="field number 0"):
-            cls.FromString(data)
+            decode(cls, data)
     with pytest.raises(DecodeError, match="field number 0"):
-        pb.ReserveResponse.FromString(length_delimited(1, data))
+        decode(pb.ReserveResponse, length_delimited(1, data))
     with pytest.raises(DecodeError, match="field number 0"):
-        pb.Job.FromString(length_delimited(10, data))  # inside a map entry
+        decode(pb.Job, length_delimited(10, data))  # inside a map entry
 
 
 def test_map_entry_without_value_is_the_empty_message() -> None:
     only_key = length_delimited(10, length_delimited(1, b"k"))
-    job = pb.Job.FromString(only_key)
+    job = decode(pb.Job, only_key)
     assert list(job.custom) == ["k"]
     assert_same(job.custom["k"], pb.PrimitiveValue())
     _check_message(job, "")
@@ -921,14 +893,14 @@ def test_map_entry_without_value_is_the_empty_message() -> None:
 
     # An entry with only a value has the empty key; an empty entry is ("", empty message).
     only_value = length_delimited(10, length_delimited(2, tag(4, 0) + b"\x01"))
-    assert pb.Job.FromString(only_value).custom == {"": pb.PrimitiveValue(bool_value=True)}
-    empty = pb.EnqueueRequest.FromString(length_delimited(8, b""))
+    assert decode(pb.Job, only_value).custom == {"": pb.PrimitiveValue(bool_value=True)}
+    empty = decode(pb.EnqueueRequest, length_delimited(8, b""))
     assert_same(empty.custom, {"": pb.PrimitiveValue()})
     # Unknown fields inside the entry are dropped, as betterproto2 drops them; the last
     # value wins.
     entry = length_delimited(1, b"k") + tag(150, 0) + b"\x01"
     entry += length_delimited(2, tag(3, 0) + b"\x07") + length_delimited(2, tag(1, 2) + b"\x00")
-    job = pb.Job.FromString(length_delimited(10, entry))
+    job = decode(pb.Job, length_delimited(10, entry))
     assert_same(job, reference_parse(pb.Job, length_delimited(10, entry)))
     assert job.custom == {"k": pb.PrimitiveValue(string_value="")}
 
@@ -955,7 +927,7 @@ def test_last_value_wins_like_betterproto2() -> None:
             tag(4, 0) + b"\x00",
         ]
     )
-    job = pb.Job.FromString(data)
+    job = decode(pb.Job, data)
     assert job.id == "second"
     assert_same(job.payload, pb.Payload(encoding="enc"))
     assert job.priority == 0
@@ -965,7 +937,7 @@ def test_last_value_wins_like_betterproto2() -> None:
     ]
     assert_same(job, reference_parse(pb.Job, data))
     chunks = [length_delimited(1, name) for name in (b"q2", b"", b"q1")]
-    request = pb.ReserveRequest.FromString(b"".join(chunks))
+    request = decode(pb.ReserveRequest, b"".join(chunks))
     assert request.queues == ["q2", "", "q1"]
     assert_same(request, reference_parse(pb.ReserveRequest, b"".join(chunks)))
 
@@ -973,17 +945,17 @@ def test_last_value_wins_like_betterproto2() -> None:
 @pytest.mark.parametrize("value", [99, 5, -1, 2**31 - 1, -(2**31)])
 def test_unknown_enum_values_are_kept(value: int) -> None:
     record = pb.DeadLetterRecord(cause=pb.DeadLetterCause(value), final_attempt=2)
-    encoded = bytes(record)
+    encoded = encode(record)
     assert encoded == reference_bytes(record)
-    decoded = pb.DeadLetterRecord.FromString(encoded)
+    decoded = decode(pb.DeadLetterRecord, encoded)
     assert type(decoded.cause) is pb.DeadLetterCause
     assert decoded.cause == value
     assert decoded.cause not in CAUSES
     assert_same(decoded, reference_parse(pb.DeadLetterRecord, encoded))
-    assert bytes(decoded) == encoded
+    assert encode(decoded) == encoded
     # Sent as a 32-bit value (as some encoders write int32 enums), sign-extended the same.
     short = tag(2, 0) + varint(value & 0xFFFFFFFF)
-    assert_same(pb.DeadLetterRecord.FromString(short), reference_parse(pb.DeadLetterRecord, short))
+    assert_same(decode(pb.DeadLetterRecord, short), reference_parse(pb.DeadLetterRecord, short))
 
 
 @pytest.mark.parametrize(
@@ -1002,11 +974,11 @@ def test_unknown_enum_values_are_kept(value: int) -> None:
 def test_negative_seconds_and_nanos_match_betterproto2(seconds: int, nanos: int) -> None:
     for wkt_cls in (wkt.Timestamp, wkt.Duration):
         message = wkt_cls(seconds=seconds, nanos=nanos)
-        encoded = bytes(message)
+        encoded = encode(message)
         assert encoded == reference_bytes(message)
-        assert_same(wkt_cls.FromString(encoded), reference_parse(wkt_cls, encoded))
-        assert wkt_cls.FromString(encoded) == message
-    inner = bytes(wkt.Timestamp(seconds=seconds, nanos=nanos))
+        assert_same(decode(wkt_cls, encoded), reference_parse(wkt_cls, encoded))
+        assert decode(wkt_cls, encoded) == message
+    inner = encode(wkt.Timestamp(seconds=seconds, nanos=nanos))
     # The same pair, nanos as a 32-bit (not sign-extended) varint, and int64 seconds padded.
     variants = [
         inner,
@@ -1020,46 +992,42 @@ def test_negative_seconds_and_nanos_match_betterproto2(seconds: int, nanos: int)
                 reference = reference_parse(cls, data)
             except OverflowError:
                 with pytest.raises(OverflowError):
-                    cls.FromString(data)
+                    decode(cls, data)
                 continue
-            decoded = cls.FromString(data)
+            decoded = decode(cls, data)
             assert_same(decoded, reference)
-            assert bytes(decoded) == reference_bytes(reference)
+            assert encode(decoded) == reference_bytes(reference)
 
 
 def test_naive_datetimes_are_refused_like_betterproto2() -> None:
     record = pb.DeadLetterRecord(failed_at=datetime(2020, 1, 1))
     with pytest.raises(ValueError, match="timezone aware"):
-        bytes(record)
+        encode(record)
     with pytest.raises(ValueError, match="timezone aware"):
         reference_bytes(record)
 
 
-# ------------------------------------------------------------------ 5. check_decoded
+# --------------------------------------------------------------- 5. the type walk
 
 
-def test_check_decoded_skips_compiled_classes_only() -> None:
+def test_the_type_walk_catches_what_betterproto2_lets_through() -> None:
+    """The oracle of the soundness tests above: it refuses the wrongly typed messages that
+    betterproto2's own decoder produces, and the compiled decoder refuses their bytes."""
     wrong = pb.Job(id=5)  # what betterproto2 decodes a varint job id to
     with pytest.raises(ValueError, match=r"id has the wrong wire type"):
         _check_message(wrong, "")
-    check_decoded(wrong)  # compiled class: not walked
-    assert _proto_codec.is_compiled(pb.Job)
 
     data = length_delimited(1, tag(1, 0) + varint(5))  # ReserveResponse with a bad Job
     with pytest.raises(DecodeError, match=r"Job\.id has the wrong wire type"):
-        pb.ReserveResponse.FromString(data)
-    with betterproto2_codec():
-        assert not _proto_codec.is_compiled(pb.ReserveResponse)
-        lax = pb.ReserveResponse.FromString(data)
-        assert lax.jobs[0].id == 5
-        with pytest.raises(ValueError, match=r"jobs\[0\]\.id has the wrong wire type"):
-            check_decoded(lax)
-        check_decoded(pb.ReserveResponse.FromString(bytes(pb.ReserveResponse(jobs=[pb.Job()]))))
-    check_decoded(lax)  # compiled again: not walked
+        decode(pb.ReserveResponse, data)
+    lax = pb.ReserveResponse.FromString(data)
+    assert lax.jobs[0].id == 5
+    with pytest.raises(ValueError, match=r"jobs\[0\]\.id has the wrong wire type"):
+        check_decoded(lax)
+    check_decoded(pb.ReserveResponse.FromString(bytes(pb.ReserveResponse(jobs=[pb.Job()]))))
 
-    # A class that was never compiled is always walked.
+    # Map entries too.
     entry: Any = pb.Job._betterproto.cls_by_field["custom"]
-    assert not _proto_codec.is_compiled(entry)
     with pytest.raises(ValueError, match="wrong wire type"):
         check_decoded(entry(key=1, value=pb.PrimitiveValue()))
     check_decoded(entry(key="k", value=pb.PrimitiveValue()))
@@ -1077,7 +1045,7 @@ def test_check_decoded_skips_compiled_classes_only() -> None:
 )
 def test_timestamp_fields_match_from_datetime(value: datetime) -> None:
     expected = wkt.Timestamp.from_datetime(value)
-    assert _proto_codec._timestamp_fields(value) == (expected.seconds, expected.nanos)
+    assert _wireformat.timestamp_fields(value) == (expected.seconds, expected.nanos)
 
 
 @HELPERS
@@ -1090,9 +1058,9 @@ def test_timestamp_value_matches_to_datetime(seconds: int, nanos: int) -> None:
         expected = wkt.Timestamp(seconds=seconds, nanos=nanos).to_datetime()
     except OverflowError:
         with pytest.raises(OverflowError):
-            _proto_codec._timestamp_value(seconds, nanos)
+            _wireformat.timestamp_value(seconds, nanos)
         return
-    actual = _proto_codec._timestamp_value(seconds, nanos)
+    actual = _wireformat.timestamp_value(seconds, nanos)
     assert actual == expected and actual.tzinfo == expected.tzinfo
 
 
@@ -1100,7 +1068,7 @@ def test_timestamp_value_matches_to_datetime(seconds: int, nanos: int) -> None:
 @given(st.timedeltas() | spans)
 def test_duration_fields_match_from_timedelta(value: timedelta) -> None:
     expected = wkt.Duration.from_timedelta(value)
-    assert _proto_codec._duration_fields(value) == (expected.seconds, expected.nanos)
+    assert _wireformat.duration_fields(value) == (expected.seconds, expected.nanos)
 
 
 @HELPERS
@@ -1113,9 +1081,9 @@ def test_duration_value_matches_to_timedelta(seconds: int, nanos: int) -> None:
         expected = wkt.Duration(seconds=seconds, nanos=nanos).to_timedelta()
     except OverflowError:
         with pytest.raises(OverflowError):
-            _proto_codec._duration_value(seconds, nanos)
+            _wireformat.duration_value(seconds, nanos)
         return
-    assert _proto_codec._duration_value(seconds, nanos) == expected
+    assert _wireformat.duration_value(seconds, nanos) == expected
 
 
 # ------------------------------------------------------ 7. errors name the field
@@ -1123,26 +1091,26 @@ def test_duration_value_matches_to_timedelta(seconds: int, nanos: int) -> None:
 
 def test_a_time_out_of_range_names_the_field() -> None:
     year_10000 = length_delimited(11, bytes(wkt.Timestamp(seconds=253_402_300_800)))
-    with pytest.raises(_proto_codec.OutOfRangeError, match=r"^Job\.scheduled_at: timestamp out"):
-        pb.Job.FromString(year_10000)
+    with pytest.raises(_wireformat.OutOfRangeError, match=r"^Job\.scheduled_at: timestamp out"):
+        decode(pb.Job, year_10000)
     # Still an OverflowError, as betterproto2's is, and a DecodeError.
     with pytest.raises(OverflowError):
-        pb.Job.FromString(year_10000)
+        decode(pb.Job, year_10000)
     with pytest.raises(DecodeError):
-        pb.Job.FromString(year_10000)
+        decode(pb.Job, year_10000)
     huge = length_delimited(17, bytes(wkt.Duration(seconds=2**62)))
     with pytest.raises(
         DecodeError, match=r"GetServerInfoResponse\.max_wait_timeout: duration out of range"
     ):
-        pb.GetServerInfoResponse.FromString(huge)
+        decode(pb.GetServerInfoResponse, huge)
 
 
 def test_a_string_that_is_not_utf8_names_the_field() -> None:
     with pytest.raises(DecodeError, match=r"^Job\.queue: invalid UTF-8$"):
-        pb.Job.FromString(length_delimited(12, b"\xff\xfe"))
+        decode(pb.Job, length_delimited(12, b"\xff\xfe"))
     entry = length_delimited(1, b"\xc3")  # a truncated two-byte sequence as the key
     with pytest.raises(DecodeError, match=r"Job\.custom key: invalid UTF-8"):
-        pb.Job.FromString(length_delimited(10, entry))
+        decode(pb.Job, length_delimited(10, entry))
 
 
 # ------------------------------------------------------ 8. element-wise replies
@@ -1157,8 +1125,8 @@ def test_element_wise_decodes_what_decodes_exactly_as_strict(
     cls: type[Any], data: st.DataObject
 ) -> None:
     message = data.draw(messages(cls, depth=2), label="message")
-    encoded = bytes(message)
-    assert_same(_proto_codec.ElementWise(cls).FromString(encoded), cls.FromString(encoded))
+    encoded = encode(message)
+    assert_same(_proto_codec.ElementWise(cls).FromString(encoded), decode(cls, encoded))
 
 
 @pytest.mark.parametrize("cls", LIST_REPLIES, ids=_class_id)
@@ -1172,18 +1140,18 @@ def test_element_wise_keeps_the_good_elements_of_mutated_replies(
     element is what the strict decoder makes of it alone, or an UndecodedElement whose
     bytes the strict decoder refuses."""
     message = data.draw(messages(cls, depth=2), label="message")
-    encoded = mutate(bytes(message), data.draw(mutations, label="mutations"))
+    encoded = mutate(encode(message), data.draw(mutations, label="mutations"))
     element_wise = _proto_codec.ElementWise(cls)
     name = next(iter(element_wise._names))
     element_cls = metadata(cls).cls_by_field[name]
     refused: str | None = None
     try:
-        decoded = element_wise.FromString(encoded)
+        decoded = decode(element_wise, encoded)
     except DecodeError as exc:
         refused = str(exc)
     if refused is not None:
         with pytest.raises(DecodeError) as strict:
-            cls.FromString(encoded)
+            decode(cls, encoded)
         # The strict decoder stops at the first fault in the bytes; the element-wise one
         # keeps a bad element and goes on to the reply's own fault. Either the two name the
         # same fault, or the strict one stopped earlier, inside an element.
@@ -1195,49 +1163,41 @@ def test_element_wise_keeps_the_good_elements_of_mutated_replies(
         if isinstance(item, _proto_codec.UndecodedElement):
             assert isinstance(item.error, DecodeError)
             with pytest.raises(DecodeError):
-                element_cls.FromString(item.data)
+                decode(element_cls, item.data)
         else:
-            assert_same(item, element_cls.FromString(bytes(item)))
+            assert_same(item, decode(element_cls, encode(item)))
     if not any(isinstance(i, _proto_codec.UndecodedElement) for i in getattr(decoded, name)):
-        assert_same(decoded, cls.FromString(encoded))
+        assert_same(decoded, decode(cls, encoded))
 
 
 def test_element_wise_keeps_an_undecodable_job_in_its_place() -> None:
-    good = bytes(pb.Job(id="a", attempt=1))
+    good = encode(pb.Job(id="a", attempt=1))
     bad = bytes(pb.Job(id="b", attempt=3)) + length_delimited(
-        9, bytes(wkt.Timestamp(seconds=-(2**62)))
+        9, encode(wkt.Timestamp(seconds=-(2**62)))
     )
     data = b"".join(length_delimited(1, job) for job in (good, bad, good))
     with pytest.raises(OverflowError):
-        pb.ReserveResponse.FromString(data)  # strict: the whole reply is lost
+        decode(pb.ReserveResponse, data)  # strict: the whole reply is lost
     reply = _proto_codec.ElementWise(pb.ReserveResponse).FromString(data)
     first, middle, last = reply.jobs
     assert first.id == last.id == "a"
     assert isinstance(middle, _proto_codec.UndecodedElement) and middle.data == bad
     assert str(middle.error) == "Job.lease_expires_at: timestamp out of range"
-    assert _proto_codec.decodes_strictly(_proto_codec.ElementWise(pb.ReserveResponse))
 
 
 def test_element_wise_is_strict_about_the_reply_itself() -> None:
     element_wise = _proto_codec.ElementWise(pb.ReserveResponse)
     with pytest.raises(DecodeError, match=r"ReserveResponse\.jobs has the wrong wire type"):
-        element_wise.FromString(tag(1, 0) + varint(1))
+        decode(element_wise, tag(1, 0) + varint(1))
     with pytest.raises(DecodeError, match=r"ReserveResponse\.jobs is truncated"):
-        element_wise.FromString(tag(1, 2) + varint(10) + b"x")
+        decode(element_wise, tag(1, 2) + varint(10) + b"x")
     with pytest.raises(DecodeError, match="field number 0"):
-        element_wise.FromString(tag(0, 0) + varint(1))
+        decode(element_wise, tag(0, 0) + varint(1))
     unknown = tag(15, 0) + varint(7)
-    reply = element_wise.FromString(unknown + length_delimited(1, bytes(pb.Job(id="a"))))
+    reply = decode(element_wise, unknown + length_delimited(1, bytes(pb.Job(id="a"))))
     assert reply._unknown_fields == unknown and reply.jobs[0].id == "a"
     with pytest.raises(NotImplementedError):
         _proto_codec.ElementWise(pb.Job)
-
-
-def test_element_wise_works_with_the_compiled_codecs_uninstalled() -> None:
-    data = length_delimited(1, bytes(pb.Job(id="a")))
-    with betterproto2_codec():
-        reply = _proto_codec.ElementWise(pb.ReserveResponse).FromString(data)
-    assert reply.jobs[0].id == "a"
 
 
 # ------------------------------------------------------ 9. salvage
@@ -1248,7 +1208,7 @@ JOB_IDENTITY = {1: _proto_codec.STRING, 7: _proto_codec.UINT32}
 
 def test_salvage_reads_a_jobs_id_and_attempt_past_a_bad_field() -> None:
     bad = bytes(pb.Job(id="j-1", attempt=4)) + length_delimited(
-        11, bytes(wkt.Timestamp(seconds=2**40))
+        11, encode(wkt.Timestamp(seconds=2**40))
     )
     assert _proto_codec.salvage_fields(bad, JOB_IDENTITY) == {1: "j-1", 7: 4}
 

@@ -13,8 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio._codecs import PayloadCodec, decode_payload, encode_payload, register_codec
-from sepp_anyio._rejections import (
+from sepp_anyio._model._codecs import PayloadCodec, decode_payload, encode_payload, register_codec
+from sepp_anyio._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from sepp_anyio._model._enqueue import EnqueueAck, EnqueueRequest
+from sepp_anyio._model._job import Job, JobCtx
+from sepp_anyio._model._payload import Payload
+from sepp_anyio._model._rejections import (
     EncodingNotAllowed,
     JobRejection,
     QueueClosing,
@@ -22,19 +26,8 @@ from sepp_anyio._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from sepp_anyio._types import (
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    RetryPolicy,
-    TraceContext,
-    TraceContextError,
-)
+from sepp_anyio._model._retries import RetryDirective, RetryPolicy
+from sepp_anyio._model._trace import TraceContext, TraceContextError
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -197,7 +190,7 @@ def test_register_codec() -> None:
             register_codec(codec)
         register_codec(codec, replace=True)
     finally:
-        from sepp_anyio import _codecs
+        from sepp_anyio._model import _codecs
 
         del _codecs._REGISTRY["application/x-reversed"]
 

@@ -4,73 +4,89 @@ Runs on trio and asyncio (via anyio). Every public name is re-exported here;
 the underscored modules are private.
 """
 
+# The layering rule. The package is in tiers; a module imports its own tier and
+# lower ones only, and nothing imports in a cycle (tests/test_import_graph.py checks
+# both; imports under TYPE_CHECKING count for the tiers, not for cycles):
+#
+#   0. leaves, importing nothing of the package: _version, _proto (generated),
+#      _http2 (sans-IO HTTP/2), _otel (plain values in and out; only _version);
+#   1. _model: the public data model (types, errors, rejections, limits, payload
+#      codecs, the validation rules in _checks);
+#   2. _logcontext (only _model), _wire (public <-> protobuf, the compiled codecs);
+#   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
+#      server: only _model, _wire, _proto, _http2 and the transport's framing);
+#   4. the client and the worker and what is built on them: _client, _connect,
+#      _retry, _lease, _worker, _task, _typed, _cron, _health, _cli;
+#   5. the public faces: this module, __main__, testing (which may import anything).
+
 from __future__ import annotations
 
-from . import _proto_speedups  # noqa: F401  (installs faster message encoding first)
+import contextlib as _contextlib
+
 from ._client import Client as Client
 from ._client import connect as connect
-from ._codecs import PayloadCodec as PayloadCodec
-from ._codecs import decode_payload as decode_payload
-from ._codecs import encode_payload as encode_payload
-from ._codecs import register_codec as register_codec
-from ._errors import AttemptMismatchError as AttemptMismatchError
-from ._errors import BatchResultCountMismatchError as BatchResultCountMismatchError
-from ._errors import BatchValidationError as BatchValidationError
-from ._errors import ClientError as ClientError
-from ._errors import ConnectError as ConnectError
-from ._errors import DuplicateHandlerError as DuplicateHandlerError
-from ._errors import EmptyBatchError as EmptyBatchError
-from ._errors import HandlerError as HandlerError
-from ._errors import InvalidApiKeyError as InvalidApiKeyError
-from ._errors import InvalidArgumentError as InvalidArgumentError
-from ._errors import InvalidArgumentTypeError as InvalidArgumentTypeError
-from ._errors import InvalidRequestError as InvalidRequestError
-from ._errors import JobConversionError as JobConversionError
-from ._errors import JobNotFoundError as JobNotFoundError
-from ._errors import JobRejectedError as JobRejectedError
-from ._errors import LeaseError as LeaseError
-from ._errors import MalformedResponseError as MalformedResponseError
-from ._errors import MalformedServerInfoError as MalformedServerInfoError
-from ._errors import OverloadedError as OverloadedError
-from ._errors import ReserveError as ReserveError
-from ._errors import SeppError as SeppError
-from ._errors import ServerInternalError as ServerInternalError
-from ._errors import StatusCode as StatusCode
-from ._errors import TransportError as TransportError
-from ._errors import UnauthenticatedError as UnauthenticatedError
-from ._errors import UnexpectedStatusError as UnexpectedStatusError
-from ._errors import UnknownQueuesError as UnknownQueuesError
 from ._logcontext import current_job as current_job
-from ._rejections import CustomEntriesTooMany as CustomEntriesTooMany
-from ._rejections import CustomKeyTooLong as CustomKeyTooLong
-from ._rejections import CustomMapTooLarge as CustomMapTooLarge
-from ._rejections import EncodingNotAllowed as EncodingNotAllowed
-from ._rejections import IdempotencyKeyTooLong as IdempotencyKeyTooLong
-from ._rejections import InvalidRequest as InvalidRequest
-from ._rejections import JobRejection as JobRejection
-from ._rejections import JobTypeNameTooLong as JobTypeNameTooLong
-from ._rejections import JobTypeNotAllowed as JobTypeNotAllowed
-from ._rejections import JobValidationError as JobValidationError
-from ._rejections import PayloadTooLarge as PayloadTooLarge
-from ._rejections import QueueClosing as QueueClosing
-from ._rejections import QueueFull as QueueFull
-from ._rejections import QueueNameTooLong as QueueNameTooLong
-from ._rejections import ScheduledTooFar as ScheduledTooFar
-from ._rejections import UnknownQueue as UnknownQueue
-from ._rejections import UnknownRejection as UnknownRejection
-from ._types import CustomValue as CustomValue
-from ._types import DeadLetterCause as DeadLetterCause
-from ._types import DeadLetterRecord as DeadLetterRecord
-from ._types import EnqueueAck as EnqueueAck
-from ._types import EnqueueRequest as EnqueueRequest
-from ._types import Job as Job
-from ._types import JobCtx as JobCtx
-from ._types import Payload as Payload
-from ._types import RetryDirective as RetryDirective
-from ._types import RetryPolicy as RetryPolicy
-from ._types import ServerInfo as ServerInfo
-from ._types import TraceContext as TraceContext
-from ._types import TraceContextError as TraceContextError
+from ._model._codecs import PayloadCodec as PayloadCodec
+from ._model._codecs import decode_payload as decode_payload
+from ._model._codecs import encode_payload as encode_payload
+from ._model._codecs import register_codec as register_codec
+from ._model._dead_letters import DeadLetterCause as DeadLetterCause
+from ._model._dead_letters import DeadLetterRecord as DeadLetterRecord
+from ._model._enqueue import CustomValue as CustomValue
+from ._model._enqueue import EnqueueAck as EnqueueAck
+from ._model._enqueue import EnqueueRequest as EnqueueRequest
+from ._model._errors import AttemptMismatchError as AttemptMismatchError
+from ._model._errors import BatchResultCountMismatchError as BatchResultCountMismatchError
+from ._model._errors import BatchValidationError as BatchValidationError
+from ._model._errors import ClientError as ClientError
+from ._model._errors import ConnectError as ConnectError
+from ._model._errors import DuplicateHandlerError as DuplicateHandlerError
+from ._model._errors import EmptyBatchError as EmptyBatchError
+from ._model._errors import HandlerError as HandlerError
+from ._model._errors import InvalidApiKeyError as InvalidApiKeyError
+from ._model._errors import InvalidArgumentError as InvalidArgumentError
+from ._model._errors import InvalidArgumentTypeError as InvalidArgumentTypeError
+from ._model._errors import InvalidRequestError as InvalidRequestError
+from ._model._errors import JobConversionError as JobConversionError
+from ._model._errors import JobNotFoundError as JobNotFoundError
+from ._model._errors import JobRejectedError as JobRejectedError
+from ._model._errors import LeaseError as LeaseError
+from ._model._errors import MalformedResponseError as MalformedResponseError
+from ._model._errors import MalformedServerInfoError as MalformedServerInfoError
+from ._model._errors import OverloadedError as OverloadedError
+from ._model._errors import ReserveError as ReserveError
+from ._model._errors import SeppError as SeppError
+from ._model._errors import ServerInternalError as ServerInternalError
+from ._model._errors import StatusCode as StatusCode
+from ._model._errors import TransportError as TransportError
+from ._model._errors import UnauthenticatedError as UnauthenticatedError
+from ._model._errors import UnexpectedStatusError as UnexpectedStatusError
+from ._model._errors import UnknownQueuesError as UnknownQueuesError
+from ._model._job import Job as Job
+from ._model._job import JobCtx as JobCtx
+from ._model._payload import Payload as Payload
+from ._model._rejections import CustomEntriesTooMany as CustomEntriesTooMany
+from ._model._rejections import CustomKeyTooLong as CustomKeyTooLong
+from ._model._rejections import CustomMapTooLarge as CustomMapTooLarge
+from ._model._rejections import EncodingNotAllowed as EncodingNotAllowed
+from ._model._rejections import IdempotencyKeyTooLong as IdempotencyKeyTooLong
+from ._model._rejections import InvalidRequest as InvalidRequest
+from ._model._rejections import JobRejection as JobRejection
+from ._model._rejections import JobTypeNameTooLong as JobTypeNameTooLong
+from ._model._rejections import JobTypeNotAllowed as JobTypeNotAllowed
+from ._model._rejections import JobValidationError as JobValidationError
+from ._model._rejections import PayloadTooLarge as PayloadTooLarge
+from ._model._rejections import QueueClosing as QueueClosing
+from ._model._rejections import QueueFull as QueueFull
+from ._model._rejections import QueueNameTooLong as QueueNameTooLong
+from ._model._rejections import ScheduledTooFar as ScheduledTooFar
+from ._model._rejections import UnknownQueue as UnknownQueue
+from ._model._rejections import UnknownRejection as UnknownRejection
+from ._model._retries import RetryDirective as RetryDirective
+from ._model._retries import RetryPolicy as RetryPolicy
+from ._model._server_info import ServerInfo as ServerInfo
+from ._model._trace import TraceContext as TraceContext
+from ._model._trace import TraceContextError as TraceContextError
 from ._version import __version__ as __version__
 from ._worker import Handler as Handler
 from ._worker import ShutdownHandle as ShutdownHandle
@@ -148,3 +164,12 @@ __all__ = [
     "encode_payload",
     "register_codec",
 ]
+
+# Public names report this package (``sepp_anyio.Client``, not ``sepp_anyio._client.Client``)
+# in reprs, tracebacks and pickles, as anyio's do; only what the private modules define.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
+        with _contextlib.suppress(AttributeError, TypeError):
+            _obj.__module__ = __name__
+del _name, _obj

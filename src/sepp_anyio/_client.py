@@ -7,7 +7,7 @@
         jobs = await client.reserve(["emails"], lease=30.0, wait=5.0)
 
 The client runs on whatever anyio backend its caller runs on. It owns one
-:class:`~sepp_anyio._grpc.Channel` (an HTTP/2 connection multiplexing every
+:class:`~sepp_anyio._transport.Channel` (an HTTP/2 connection multiplexing every
 call) whose background tasks live inside ``async with``.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import logging
-import math
 import ssl
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
@@ -28,8 +27,17 @@ import anyio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from . import _convert, _otel
-from ._errors import (
+from . import _otel
+from ._model._checks import (
+    check_count,
+    check_queue_name,
+    check_queue_names,
+    check_seconds,
+    check_str,
+)
+from ._model._dead_letters import DeadLetterRecord
+from ._model._enqueue import EnqueueAck, EnqueueRequest
+from ._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
     ConnectError,
@@ -42,27 +50,21 @@ from ._errors import (
     MalformedResponseError,
     SeppError,
 )
-from ._grpc import Channel
-from ._grpc._malformed import MalformedReplyError
-from ._grpc._target import parse_target
+from ._model._job import Job, JobCtx
+from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+from ._model._rejections import JobRejection
+from ._model._retries import RetryDirective, RetryPolicy
+from ._model._server_info import ServerInfo
+from ._model._trace import TraceContext
 from ._proto.sepp import v1 as pb
-from ._proto_codec import ElementWise
-from ._rejections import JobRejection
 from ._retry import call_with_retry
-from ._types import (
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    RetryDirective,
-    RetryPolicy,
-    ServerInfo,
-    TraceContext,
-)
+from ._transport import Channel
+from ._transport._malformed import MalformedReplyError
+from ._transport._target import parse_target
+from ._wire import _convert
+from ._wire._codec import ElementWise
 
 __all__ = [
-    "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",
     "RESERVE_DEADLINE_SLACK",
     "UNREADABLE_JOB_NACK_TIMEOUT",
     "Client",
@@ -74,10 +76,6 @@ logger = logging.getLogger("sepp_anyio")
 #: Added to a reserve's wait to form its deadline, so the client never gives up
 #: before the server's long poll has answered.
 RESERVE_DEADLINE_SLACK = 10.0
-#: gRPC's usual 4 MiB is too small here: a reserve of many jobs can carry up to
-#: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on
-#: the client leaves its jobs leased (stuck) until their leases expire.
-DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 
 #: The most time :meth:`Client.reserve` spends dead-lettering the jobs of a reply that it
 #: cannot read, shielded from cancellation, before it returns the others.
@@ -160,16 +158,6 @@ def _check_ctx(ctx: object) -> None:
         )
 
 
-def _check_positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a number of seconds, got {type(value).__name__}"
-        )
-    if not (value > 0 and math.isfinite(value)):
-        raise InvalidArgumentError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 class _Lease:
     """The lease behind a reserved job's :class:`JobCtx` (see ``JobCtx.extend``)."""
 
@@ -194,7 +182,7 @@ class Client:
     block closes the connection; calls still running are cancelled with it.
 
     Errors: every method raises :class:`~sepp_anyio.SeppError` subclasses (see
-    ``sepp_anyio._errors`` for the tree): for failures, and for bad arguments
+    ``sepp_anyio._model._errors`` for the tree): for failures, and for bad arguments
     :class:`~sepp_anyio.InvalidArgumentError` / :class:`~sepp_anyio.InvalidArgumentTypeError`
     (also ``ValueError`` / ``TypeError``) before any I/O. Cancellation is never
     caught or converted: a cancelled call is abandoned (its HTTP/2 stream
@@ -223,7 +211,7 @@ class Client:
         self._drain_rpc = self._element_wise("DrainDeadLetters", _DRAIN_REPLY)
         self._enqueue_batch_rpc = self._element_wise("EnqueueBatch", _ENQUEUE_BATCH_REPLY)
         self._label = label
-        self._rpc_timeout = _check_positive(rpc_timeout, "rpc_timeout")
+        self._rpc_timeout = check_seconds(rpc_timeout, "rpc_timeout", minimum="positive")
         self._retry = retry if retry is not None else RetryPolicy()
         self._exit_stack = exit_stack
 
@@ -276,7 +264,7 @@ class Client:
 
     def _element_wise(self, method: str, reply_type: ElementWise) -> Callable[..., Any]:
         """A call of ``method`` shaped like a stub method, whose reply is decoded item by
-        item (see ``_proto_codec.ElementWise``); the generated stub would decode it as one
+        item (see ``_wire._codec.ElementWise``); the generated stub would decode it as one
         strict whole."""
         path = _SERVICE + method
 
@@ -316,7 +304,7 @@ class Client:
         """Give jobs without a trace context the current span's (never overwrite)."""
         if all(request.trace_context is not None for request in requests):
             return requests
-        current = _otel.current_trace_context()
+        current = TraceContext.from_current()
         if current is None:
             return requests
         return [
@@ -456,44 +444,19 @@ class Client:
         had already answered; that job is redelivered when its lease expires.
 
         Raises:
-            InvalidArgumentError: empty ``queues`` or queue name, ``lease`` <= 0,
+            InvalidArgumentError: no ``queues``, a queue name the server would refuse
+                (empty, ``.``, ``..``, a ``/`` or a control character), ``lease`` < 1 ms,
                 ``wait`` < 0, ``max_jobs`` < 1, or an empty ``worker_id``.
             UnknownQueuesError: strict mode and an undeclared queue.
             ClientError: the call failed.
         """
-        if isinstance(queues, str):
-            raise InvalidArgumentTypeError(
-                "queues must be a sequence of queue names, not a single str"
-            )
-        names = list(queues)
-        if not names:
-            raise InvalidArgumentError("queues must name at least one queue")
-        for index, name in enumerate(names):
-            if not isinstance(name, str) or not name:
-                raise InvalidArgumentError(f"queues[{index}] must be a non-empty str, got {name!r}")
-        lease = _check_positive(lease, "lease")
-        if isinstance(wait, bool) or not isinstance(wait, int | float):
-            raise InvalidArgumentTypeError(
-                f"wait must be a number of seconds, got {type(wait).__name__}"
-            )
-        if not (wait >= 0 and math.isfinite(wait)):
-            raise InvalidArgumentError(
-                f"wait must be a finite number of seconds >= 0, got {wait!r}"
-            )
-        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)):
-            raise InvalidArgumentTypeError(
-                f"max_jobs must be an int or None, got {type(max_jobs).__name__}"
-            )
-        if max_jobs is not None and max_jobs < 1:
-            raise InvalidArgumentError(
-                f"max_jobs must be >= 1 (or None for the server default), got {max_jobs}"
-            )
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise InvalidArgumentTypeError(
-                f"worker_id must be a str or None, got {type(worker_id).__name__}"
-            )
-        if worker_id is not None and not worker_id:
-            raise InvalidArgumentError("worker_id must not be empty (use None for no worker id)")
+        names = check_queue_names(queues)
+        lease = check_seconds(lease, "lease", minimum="millisecond")
+        wait = check_seconds(wait, "wait")
+        if max_jobs is not None:
+            check_count(max_jobs, "max_jobs")
+        if worker_id is not None:
+            check_str(worker_id, "worker_id")
         message = _convert.reserve_request_to_pb(
             names, lease=lease, wait=wait, max_jobs=max_jobs, worker_id=worker_id
         )
@@ -654,7 +617,7 @@ class Client:
             ClientError: the call failed.
         """
         _check_ctx(ctx)
-        seconds = _check_positive(seconds, "seconds")
+        seconds = check_seconds(seconds, "seconds", minimum="millisecond")
         with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
             reply = await self._unary(
                 "extend",
@@ -685,19 +648,12 @@ class Client:
         returned.
 
         Raises:
-            InvalidArgumentError: ``max`` < 0 or an empty ``queue``.
+            InvalidArgumentError: ``max`` < 0 or a ``queue`` name the server would refuse.
             ClientError: the call failed.
         """
-        if isinstance(max, bool) or not isinstance(max, int):
-            raise InvalidArgumentTypeError(f"max must be an int, got {type(max).__name__}")
-        if max < 0:
-            raise InvalidArgumentError(f"max must be >= 0, got {max}")
-        if queue is not None and not isinstance(queue, str):
-            raise InvalidArgumentTypeError(
-                f"queue must be a str or None, got {type(queue).__name__}"
-            )
-        if queue is not None and not queue:
-            raise InvalidArgumentError("queue must not be empty (use None for every queue)")
+        check_count(max, "max", minimum=0)
+        if queue is not None:
+            check_queue_name(queue, "queue")
         if max == 0:
             return []
         attributes = {
@@ -855,8 +811,10 @@ class _Connector:
             ca_cert=options["tls_ca_cert"],
             server_name=options["tls_server_name"],
         )
-        _check_positive(options["rpc_timeout"], "rpc_timeout")
-        self._connect_timeout = _check_positive(options["connect_timeout"], "connect_timeout")
+        check_seconds(options["rpc_timeout"], "rpc_timeout", minimum="positive")
+        self._connect_timeout = check_seconds(
+            options["connect_timeout"], "connect_timeout", minimum="positive"
+        )
         self._target = target
         self._address = parsed.address
         self._host = parsed.host

@@ -24,8 +24,8 @@ from datetime import datetime
 
 import anyio
 
-from ._errors import AttemptMismatchError, JobNotFoundError, SeppError
-from ._types import JobCtx
+from ._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
+from ._model._job import JobCtx
 
 __all__ = ["JobRun", "heartbeat"]
 

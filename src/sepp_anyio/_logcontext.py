@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Any
 
-from ._types import JobCtx
+from ._model._job import JobCtx
 
 __all__ = ["current_job", "install_record_factory", "job_context"]
 

@@ -26,15 +26,13 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._version import __version__
 
-if TYPE_CHECKING:
-    from ._types import TraceContext
-
 __all__ = [
     "Metrics",
+    "TraceCarrier",
     "attach_trace_context",
     "available",
     "client_span",
@@ -45,6 +43,23 @@ __all__ = [
 ]
 
 SYSTEM = "sepp"
+
+
+class TraceCarrier(Protocol):
+    """A W3C trace context as plain strings (``sepp_anyio.TraceContext`` is one).
+
+    A protocol rather than the model's class: this module is a leaf under the model.
+    """
+
+    @property
+    def traceparent(self) -> str:
+        """The ``traceparent`` header value."""
+        ...
+
+    @property
+    def tracestate(self) -> str | None:
+        """The ``tracestate`` header value, if any."""
+        ...
 
 
 @cache
@@ -148,22 +163,20 @@ def trace_metadata() -> list[tuple[str, str]]:
     return metadata
 
 
-def current_trace_context() -> TraceContext | None:
-    """The current span's context as a :class:`TraceContext`, or None."""
-    from ._types import TraceContext, TraceContextError
+def current_trace_context() -> tuple[str, str | None] | None:
+    """The current span's ``(traceparent, tracestate)``, or None.
 
+    None without OpenTelemetry or without a valid current span; the caller validates.
+    """
     metadata = dict(trace_metadata())
     traceparent = metadata.get("traceparent")
     if not traceparent:
         return None
-    try:
-        return TraceContext(traceparent, metadata.get("tracestate") or None)
-    except TraceContextError:
-        return None
+    return traceparent, metadata.get("tracestate") or None
 
 
-def _span_context_of(trace_context: TraceContext | None) -> Any:
-    """The OpenTelemetry SpanContext a TraceContext describes, or None."""
+def _span_context_of(trace_context: TraceCarrier | None) -> Any:
+    """The OpenTelemetry SpanContext a trace context describes, or None."""
     api = _api()
     if api is None or trace_context is None:
         return None
@@ -176,7 +189,7 @@ def _span_context_of(trace_context: TraceContext | None) -> Any:
 
 
 @contextlib.contextmanager
-def attach_trace_context(trace_context: TraceContext | None) -> Iterator[None]:
+def attach_trace_context(trace_context: TraceCarrier | None) -> Iterator[None]:
     """Make ``trace_context`` the current (remote parent) context in the block.
 
     A no-op without OpenTelemetry or with an unusable context.
@@ -235,7 +248,7 @@ def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator
 
 
 def process_span(
-    trace_context: TraceContext | None,
+    trace_context: TraceCarrier | None,
     attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
 ) -> AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` of one job, linked to its producer.
@@ -255,7 +268,7 @@ def process_span(
 
 @contextlib.contextmanager
 def _process_span(
-    api: Any, trace_context: TraceContext | None, attributes: Mapping[str, Any]
+    api: Any, trace_context: TraceCarrier | None, attributes: Mapping[str, Any]
 ) -> Iterator[Any]:
     span_context = _span_context_of(trace_context)
     links = [api.trace.Link(span_context)] if span_context is not None else []

@@ -9,8 +9,8 @@ from typing import TypeVar
 import anyio
 from grpclib.exceptions import GRPCError
 
-from ._errors import error_from_status
-from ._types import RetryPolicy
+from ._model._errors import error_from_status
+from ._model._retries import RetryPolicy
 
 __all__ = ["call_with_retry"]
 

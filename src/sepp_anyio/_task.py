@@ -26,25 +26,20 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
-from ._errors import HandlerError
-from ._typed import Invalid, Problem, TypeCodec, codec_for
-from ._types import (
-    _MAX_PRIORITY,
-    _UINT32_MAX,
-    JSON_ENCODING,
-    CustomValue,
-    EnqueueAck,
-    EnqueueRequest,
-    Payload,
-    RetryDirective,
-    TraceContext,
-    _charset,
-    _check_int,
-    _check_queue_name,
-    _check_seconds,
-    _check_str,
-    _is_json_encoding,
+from ._model._checks import (
+    MAX_PRIORITY,
+    UINT32_MAX,
+    check_int,
+    check_queue_name,
+    check_seconds,
+    check_str,
 )
+from ._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from ._model._errors import HandlerError
+from ._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
+from ._model._retries import RetryDirective
+from ._model._trace import TraceContext
+from ._typed import Invalid, Problem, TypeCodec, codec_for
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -166,18 +161,20 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        self._queue = _check_queue_name(queue, "Task queue")
-        self._job_type = _check_str(job_type, "Task job_type")
+        self._queue = check_queue_name(queue, "Task queue")
+        self._job_type = check_str(job_type, "Task job_type")
         self._priority = (
-            None if priority is None else _check_int(priority, "Task priority", 0, _MAX_PRIORITY)
+            None if priority is None else check_int(priority, "Task priority", 0, MAX_PRIORITY)
         )
         self._max_attempts = (
             None
             if max_attempts is None
-            else _check_int(max_attempts, "Task max_attempts", 1, _UINT32_MAX)
+            else check_int(max_attempts, "Task max_attempts", 1, UINT32_MAX)
         )
         self._timeout = (
-            None if timeout is None else _check_seconds(timeout, "Task timeout", positive=True)
+            None
+            if timeout is None
+            else check_seconds(timeout, "Task timeout", minimum="millisecond")
         )
         self._type: Any = type
         try:

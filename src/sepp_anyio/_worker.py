@@ -64,17 +64,16 @@ server redelivers them), and no task outlives ``run()``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
-import math
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -82,7 +81,10 @@ import anyio.to_thread
 
 from . import _otel
 from ._client import Client
-from ._errors import (
+from ._lease import JobRun, heartbeat
+from ._logcontext import install_record_factory, job_context
+from ._model._checks import check_count, check_queue_names, check_seconds, check_str
+from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
     JobNotFoundError,
@@ -90,9 +92,9 @@ from ._errors import (
     UnauthenticatedError,
     UnknownQueuesError,
 )
-from ._lease import JobRun, heartbeat
-from ._logcontext import install_record_factory, job_context
-from ._types import Job, JobCtx, Payload, RetryDirective
+from ._model._job import Job, JobCtx
+from ._model._payload import Payload
+from ._model._retries import RetryDirective
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 
@@ -308,17 +310,7 @@ class ShutdownHandle:
         return self._worker._shutdown_requested
 
 
-def _check_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    ok = value >= 0 if allow_zero else value > 0
-    if not (ok and math.isfinite(value)):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
-
-
-class Worker:
+class Worker(anyio.AsyncContextManagerMixin):
     """Processes jobs from ``queues`` with registered handlers.
 
     Args:
@@ -347,9 +339,12 @@ class Worker:
             ``max_in_flight`` slot, and its lease is still extended.
 
     Raises:
-        ValueError: a bad argument, naming it (empty queues or queue name,
-            lease/wait <= 0, max_jobs/max_in_flight/sync_threads < 1, empty worker_id, ...).
-        TypeError: an argument of the wrong type, naming it.
+        InvalidArgumentError: a bad argument, naming it (no queues, a queue name the server
+            would refuse, lease < 1 ms, wait <= 0, max_jobs/max_in_flight/sync_threads < 1,
+            an empty worker_id, ...); also a ``ValueError``. The rules are the client's
+            (``Client.reserve`` checks the same values alike).
+        InvalidArgumentTypeError: an argument of the wrong type, naming it; also a
+            ``TypeError``.
     """
 
     def __init__(
@@ -369,30 +364,15 @@ class Worker:
         drain_timeout: float | None = None,
         sync_threads: int | None = None,
     ) -> None:
-        if isinstance(queues, str):
-            raise TypeError("queues must be a sequence of queue names, not a single str")
-        self._queues = list(queues)
-        if not self._queues:
-            raise ValueError("queues must name at least one queue")
-        for index, name in enumerate(self._queues):
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
-        self._lease = _check_seconds(lease, "lease")
-        self._wait = _check_seconds(wait, "wait")
-        for name, count in (
-            ("max_in_flight", max_in_flight),
-            ("max_jobs", max_jobs),
-            ("sync_threads", sync_threads),
-        ):
-            if count is None:
-                continue
-            if isinstance(count, bool) or not isinstance(count, int):
-                raise TypeError(f"{name} must be an int, got {type(count).__name__}")
-            if count < 1:
-                raise ValueError(f"{name} must be >= 1, got {count}")
-        self._max_in_flight = max_in_flight
-        self._max_jobs = max_jobs
-        self._sync_threads = max_in_flight if sync_threads is None else sync_threads
+        # The same rules as Client.reserve's, checked now rather than at the first reserve.
+        self._queues = check_queue_names(queues)
+        self._lease = check_seconds(lease, "lease", minimum="millisecond")
+        self._wait = check_seconds(wait, "wait", minimum="positive")
+        self._max_in_flight = check_count(max_in_flight, "max_in_flight")
+        self._max_jobs = None if max_jobs is None else check_count(max_jobs, "max_jobs")
+        self._sync_threads = (
+            max_in_flight if sync_threads is None else check_count(sync_threads, "sync_threads")
+        )
         # The threads' limiter, made by run() (a limiter belongs to one event loop).
         self._sync_limiter: anyio.CapacityLimiter | None = None
         self._interval: float | None
@@ -400,25 +380,27 @@ class Worker:
             self._auto_extend, self._interval = auto_extend, None
         else:
             self._auto_extend = True
-            self._interval = max(_check_seconds(auto_extend, "auto_extend"), 0.001)
-        self._reserve_error_backoff = _check_seconds(
-            reserve_error_backoff, "reserve_error_backoff", allow_zero=True
+            self._interval = max(
+                check_seconds(auto_extend, "auto_extend", minimum="positive"), 0.001
+            )
+        self._reserve_error_backoff = check_seconds(reserve_error_backoff, "reserve_error_backoff")
+        self.worker_id = (
+            default_worker_id() if worker_id is None else check_str(worker_id, "worker_id")
         )
-        if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
-            raise ValueError("worker_id must be a non-empty str (or None for a generated one)")
-        self.worker_id = worker_id if worker_id is not None else default_worker_id()
         self._job_timeout = (
-            None if job_timeout is None else _check_seconds(job_timeout, "job_timeout")
+            None
+            if job_timeout is None
+            else check_seconds(job_timeout, "job_timeout", minimum="positive")
         )
         self._max_lease_time = (
-            None if max_lease_time is None else _check_seconds(max_lease_time, "max_lease_time")
+            None
+            if max_lease_time is None
+            else check_seconds(max_lease_time, "max_lease_time", minimum="positive")
         )
         # Whether each job gets a heartbeat task (decided once, read per job).
         self._heartbeats = self._auto_extend or self._max_lease_time is not None
         self._drain_timeout = (
-            None
-            if drain_timeout is None
-            else _check_seconds(drain_timeout, "drain_timeout", allow_zero=True)
+            None if drain_timeout is None else check_seconds(drain_timeout, "drain_timeout")
         )
         self._client = client
         # The handlers as registered (for the ``handlers`` view), and what a job calls:
@@ -450,7 +432,6 @@ class Worker:
         self._token_back: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._cm_tg: anyio.abc.TaskGroup | None = None
         # Counters behind statistics().
         self._processed = 0
         self._nacked_retry = 0
@@ -702,38 +683,34 @@ class Worker:
             self._reserve_scope = None
             logger.info("worker %s stopped", self.worker_id)
 
-    async def __aenter__(self) -> Worker:
-        """Run the worker in the background until the block ends, then drain."""
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._cm_tg = tg
-        try:
-            await tg.start(self.run)
-        except BaseException as exc:
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return self
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Self]:
+        """``async with worker``: run the worker in the background until the block ends,
+        then shut it down and drain (:meth:`run`'s rules).
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        tg, self._cm_tg = self._cm_tg, None
-        assert tg is not None
-        self.shutdown()
+        The block's own exception comes out as itself once the worker has drained. When
+        :meth:`run` fails (a refused first reserve), the block is cancelled and comes out
+        as that error, unwrapped.
+        """
+        body_error: BaseException | None = None
         try:
-            # The body's own exception is not handed to the group (it would
-            # come back wrapped); the worker drains either way. When run() failed (a
-            # refused first reserve), the group cancelled the body, and raises run()'s
-            # error here, unwrapped below.
-            await tg.__aexit__(None, None, None)
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.run)
+                try:
+                    yield self
+                except BaseException as exc:
+                    # Not handed to the group (it would cancel the drain and come back
+                    # wrapped); the worker drains either way, then it is re-raised.
+                    body_error = exc
+                finally:
+                    self.shutdown()
         except BaseExceptionGroup as group:
             error = _lone_error(group)
             if error is None:
                 raise
             raise error from None
+        if body_error is not None:
+            raise body_error
 
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
         stop = self._stop

@@ -28,10 +28,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_anyio import _convert as cv
-from sepp_anyio._errors import JobConversionError
-from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._rejections import (
+from sepp_anyio._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from sepp_anyio._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from sepp_anyio._model._errors import JobConversionError
+from sepp_anyio._model._job import Job, JobCtx
+from sepp_anyio._model._payload import Payload
+from sepp_anyio._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -48,19 +50,12 @@ from sepp_anyio._rejections import (
     ScheduledTooFar,
     UnknownQueue,
 )
-from sepp_anyio._types import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-)
+from sepp_anyio._model._retries import RetryDirective
+from sepp_anyio._model._server_info import ServerInfo
+from sepp_anyio._model._trace import TraceContext
+from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire import _convert as cv
+from tests.support import encoders as enc
 
 # sepp-py's classes are built at import time from a descriptor; mypy cannot see them.
 q: Any = importlib.import_module("sepp.v1.queue_pb2")
@@ -279,7 +274,7 @@ def test_a_delay_is_sent_as_now_plus_whole_milliseconds(delay: float) -> None:
 def test_enqueue_batch_results_keep_request_order(outcomes: list[EnqueueAck | None]) -> None:
     rejection = UnknownQueue("nope")
     results = [
-        pb.JobResult(rejection=cv.rejection_to_pb(rejection))
+        pb.JobResult(rejection=enc.rejection_to_pb(rejection))
         if ack is None
         else pb.JobResult(
             success=pb.EnqueueResponse(job_id=ack.job_id, deduplicated=ack.deduplicated)
@@ -307,7 +302,7 @@ def assert_same_job(got: Job, want: Job) -> None:
 
 @given(jobs())
 def test_job_round_trips_through_the_wire(job: Job) -> None:
-    message = _reparse(cv.job_to_pb(job))
+    message = _reparse(enc.job_to_pb(job))
     again = cv.job_from_pb(message, worker_id=job.ctx.worker_id)
     assert_same_job(again, expected_job(job))
     assert again.ctx._lease is None
@@ -316,7 +311,7 @@ def test_job_round_trips_through_the_wire(job: Job) -> None:
 @given(jobs())
 def test_job_round_trips_through_sepp_pys_encoder(job: Job) -> None:
     # Our bytes -> protoc's parser -> protoc's serializer -> our parser.
-    theirs = q.Job.FromString(bytes(cv.job_to_pb(job))).SerializeToString()
+    theirs = q.Job.FromString(bytes(enc.job_to_pb(job))).SerializeToString()
     again = cv.job_from_pb(pb.Job.parse(theirs), worker_id=job.ctx.worker_id)
     assert_same_job(again, expected_job(job))
 
@@ -373,7 +368,7 @@ def test_any_reserved_job_decodes_or_is_skipped_never_anything_else(
 
 @given(dead_letter_records())
 def test_dead_letter_record_round_trips_through_the_wire(record: DeadLetterRecord) -> None:
-    again = cv.dead_letter_from_pb(_reparse(cv.dead_letter_to_pb(record)))
+    again = cv.dead_letter_from_pb(_reparse(enc.dead_letter_to_pb(record)))
     want = dataclasses.replace(record, scheduled_at=on_the_wire(record.scheduled_at))
     assert same_custom(again.custom, want.custom)
     assert dataclasses.replace(again, custom={}) == dataclasses.replace(want, custom={})
@@ -430,7 +425,7 @@ def test_a_replay_is_a_fresh_job_with_the_same_content(record: DeadLetterRecord)
     )
 )
 def test_server_info_round_trips_through_the_wire(info: ServerInfo) -> None:
-    assert cv.server_info_from_pb(_reparse(cv.server_info_to_pb(info))) == info
+    assert cv.server_info_from_pb(_reparse(enc.server_info_to_pb(info))) == info
 
 
 @given(
@@ -441,7 +436,7 @@ def test_server_info_round_trips_through_the_wire(info: ServerInfo) -> None:
     )
 )
 def test_retry_directive_round_trips_with_whole_milliseconds(directive: RetryDirective) -> None:
-    again = cv.retry_directive_from_pb(_reparse(cv.retry_directive_to_pb(directive)))
+    again = enc.retry_directive_from_pb(_reparse(cv.retry_directive_to_pb(directive)))
     assert again.kind == directive.kind
     if directive.delay is not None:
         assert again.delay == cv.seconds_to_duration(directive.delay).total_seconds()
@@ -471,4 +466,4 @@ rejections: st.SearchStrategy[JobRejection] = st.one_of(
 
 @given(rejections)
 def test_every_rejection_round_trips_through_the_wire(rejection: JobRejection) -> None:
-    assert cv.rejection_from_pb(_reparse(cv.rejection_to_pb(rejection))) == rejection
+    assert cv.rejection_from_pb(_reparse(enc.rejection_to_pb(rejection))) == rejection

@@ -36,9 +36,9 @@ from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sepp_anyio._grpc import Channel
 from sepp_anyio._proto.google.protobuf import Duration, Empty, Timestamp
 from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._transport import Channel
 from sepp_anyio.server import ServerProcess
 from tests.support.servers import raw_grpc_call
 

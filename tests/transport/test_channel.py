@@ -20,8 +20,8 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from h2.settings import SettingCodes
 
-from sepp_anyio._grpc import Channel, default_ssl_context
 from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._transport import Channel, default_ssl_context
 from tests.support.servers import (
     CallEvent,
     GrpcioTestServer,

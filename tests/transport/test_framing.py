@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio._grpc._framing import (
+from sepp_anyio._transport._framing import (
     PREFIX_SIZE,
     STABLE_TIMEOUT_FROM,
     CompressedMessageError,
@@ -23,7 +23,7 @@ from sepp_anyio._grpc._framing import (
     encode_timeout,
     status_from_http,
 )
-from sepp_anyio._grpc._metadata import decode_metadata, encode_metadata
+from sepp_anyio._transport._metadata import decode_metadata, encode_metadata
 
 messages = st.lists(st.binary(max_size=300), max_size=8)
 

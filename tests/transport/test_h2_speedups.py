@@ -16,12 +16,12 @@ import hpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_anyio._grpc._connection import (
+from sepp_anyio._transport._connection import (
     _CachingDecoder,
     _CachingEncoder,
     _H2Connection,
 )
-from sepp_anyio._grpc._h2quiet import QUIET_FRAMES, install_quiet_frames
+from sepp_anyio._transport._h2quiet import QUIET_FRAMES, install_quiet_frames
 
 names = st.sampled_from([b"grpc-status", b"grpc-message", b"content-type", b"x-a", b"x-b"])
 values = st.sampled_from([b"0", b"1", b"application/grpc", b"ok", b"a" * 40, b""])

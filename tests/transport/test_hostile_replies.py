@@ -25,9 +25,9 @@ from grpclib.exceptions import GRPCError
 
 import sepp_anyio
 from sepp_anyio import MalformedResponseError, OverloadedError, RetryPolicy, TransportError
-from sepp_anyio._grpc import Channel
-from sepp_anyio._grpc._malformed import MalformedReplyError
 from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._transport import Channel
+from sepp_anyio._transport._malformed import MalformedReplyError
 from tests.support.servers import MiB, RawH2Server, Send
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sepp_anyio._grpc._target import Target, parse_target
+from sepp_anyio._transport._target import Target, parse_target
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 from typing import Generic, Protocol, TypeVar
 
-from .._types import EnqueueRequest
+from .._model._enqueue import EnqueueRequest
 from ._schedule import Schedule
 
 __all__ = ["Cron", "CronTask", "idempotency_key"]

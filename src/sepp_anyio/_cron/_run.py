@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 
 from .._client import Client
-from .._errors import JobRejectedError, SeppError
+from .._model._errors import JobRejectedError, SeppError
 from ._cron import Cron
 
 __all__ = ["run_cron"]

@@ -19,14 +19,7 @@ import contextlib
 from ._cli import ServerProcess as ServerProcess
 from ._clock import Clock as Clock
 from ._clock import ManualClock as ManualClock
-from ._config import ApiKey as ApiKey
-from ._config import AuthConfig as AuthConfig
-from ._config import LimitsConfig as LimitsConfig
-from ._config import QueueConfig as QueueConfig
-from ._config import QueueLimits as QueueLimits
 from ._config import ServerConfig as ServerConfig
-from ._config import ServerSection as ServerSection
-from ._config import StorageConfig as StorageConfig
 from ._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
@@ -40,6 +33,13 @@ from ._records import JobState as JobState
 from ._records import QueueStats as QueueStats
 from ._records import StoreContents as StoreContents
 from ._records import StoredJob as StoredJob
+from ._sections import ApiKey as ApiKey
+from ._sections import AuthConfig as AuthConfig
+from ._sections import LimitsConfig as LimitsConfig
+from ._sections import QueueConfig as QueueConfig
+from ._sections import QueueLimits as QueueLimits
+from ._sections import ServerSection as ServerSection
+from ._sections import StorageConfig as StorageConfig
 from ._sqlite import SqliteStore as SqliteStore
 from ._store import Store as Store
 
@@ -72,10 +72,10 @@ __all__ = [
     "serve",
 ]
 
-# Public names report this package in reprs and tracebacks.
+# Public names report this package in reprs, tracebacks and pickles (see sepp_anyio's).
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
         with contextlib.suppress(AttributeError, TypeError):
             _obj.__module__ = __name__
 del _name, _obj

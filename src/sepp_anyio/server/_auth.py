@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from grpclib.const import Status
 
-from ._config import ApiKey
 from ._errors import EngineError
+from ._sections import ApiKey
 
 __all__ = ["MISSING_KEY", "WRONG_KEY", "authenticate"]
 

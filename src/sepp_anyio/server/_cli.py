@@ -61,10 +61,11 @@ from typing import Any, Final, Self, final
 import anyio
 
 from .._version import __version__
-from ._config import I64_MAX, ApiKey, AuthConfig, ServerConfig, ServerSection
+from ._config import ServerConfig
 from ._errors import ConfigError
 from ._memory import MemoryStore
 from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, serve
+from ._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
 from ._sqlite import SqliteStore
 from ._store import Store
 

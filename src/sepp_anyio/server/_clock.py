@@ -103,7 +103,8 @@ class ManualClock(Clock):
         the first step and after each one it waits until all tasks are blocked
         (``anyio.wait_all_tasks_blocked``).
 
-        :raises ValueError: if *seconds* is negative.
+        Raises:
+            ValueError: if *seconds* is negative.
         """
         if seconds < 0:
             raise ValueError("a ManualClock cannot go backwards")

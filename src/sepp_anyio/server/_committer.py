@@ -100,9 +100,11 @@ class Ticket:
         """Wait until the writes are committed (however long the store takes to recover).
 
         Cancellation: the writes are committed anyway (they are no longer the caller's).
-        :raises EngineError: INTERNAL "storage commit failed" if the engine stopped while the
-            store was still failing (the writes may or may not be durable); UNAVAILABLE if the
-            engine was torn down before handing them to the store.
+
+        Raises:
+            EngineError: INTERNAL "storage commit failed" if the engine stopped while the
+                store was still failing (the writes may or may not be durable); UNAVAILABLE if the
+                engine was torn down before handing them to the store.
         """
         await self._done.wait()
         if self._error is not None:
@@ -135,8 +137,9 @@ class Committer:
     def check(self) -> None:
         """Refuse new work while the store is failing; call before touching the state.
 
-        :raises EngineError: UNAVAILABLE "storage unavailable: ..." (nothing was changed, so
-            the call can be retried), naming the store's error.
+        Raises:
+            EngineError: UNAVAILABLE "storage unavailable: ..." (nothing was changed, so
+                the call can be retried), naming the store's error.
         """
         if self._failure is not None:
             raise EngineError(
@@ -151,7 +154,8 @@ class Committer:
         Accepted while the store is failing (the caller has changed memory already: see the
         module docstring); they are committed once the store has recovered.
 
-        :raises EngineError: UNAVAILABLE once closed.
+        Raises:
+            EngineError: UNAVAILABLE once closed.
         """
         if self._closing:
             raise EngineError(Status.UNAVAILABLE, "server is shut down")

@@ -1,7 +1,9 @@
-"""Turning TOML text and ``SEPP_<SECTION>__<FIELD>`` environment variables into a ServerConfig.
+"""Turning TOML text and ``SEPP_<SECTION>__<FIELD>`` environment variables into config sections.
 
-The value rules live on the dataclasses in ``_config.py``; this module maps raw data onto them
-and rejects what the real server's schema does not know (unknown sections and keys).
+The value rules live on the dataclasses in ``_sections.py``; this module maps raw data onto
+them and rejects what the real server's schema does not know (unknown sections and keys).
+It returns the keyword arguments of a ``ServerConfig`` (``_config.py`` builds it: the
+whole's cross-section rules are its own).
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._config import (
+from ._errors import ConfigError
+from ._sections import (
     ApiKey,
     AuthConfig,
     LimitsConfig,
     QueueConfig,
-    ServerConfig,
     ServerSection,
     StorageConfig,
 )
-from ._errors import ConfigError
 
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSection,
@@ -35,8 +36,8 @@ _IGNORED_SECTIONS = frozenset({"admin", "logging", "tracing", "metrics", "cluste
 _DEFAULT_PATH = "sepp.toml"
 
 
-def config_from_toml(source: str | Mapping[str, Any]) -> ServerConfig:
-    """See :meth:`ServerConfig.from_toml`."""
+def config_kwargs_from_toml(source: str | Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ServerConfig`` keyword arguments of :meth:`ServerConfig.from_toml`."""
     if isinstance(source, str):
         try:
             data: Mapping[str, Any] = tomllib.loads(source)
@@ -47,8 +48,8 @@ def config_from_toml(source: str | Mapping[str, Any]) -> ServerConfig:
     return _build(data)
 
 
-def config_from_sources(path: str | Any | None, env: Mapping[str, str]) -> ServerConfig:
-    """See :meth:`ServerConfig.from_sources`."""
+def config_kwargs_from_sources(path: str | Any | None, env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``ServerConfig`` keyword arguments of :meth:`ServerConfig.from_sources`."""
     explicit = path is not None
     if path is None and env.get("SEPP_CONFIG"):
         path, explicit = env["SEPP_CONFIG"], True
@@ -68,7 +69,7 @@ def config_from_sources(path: str | Any | None, env: Mapping[str, str]) -> Serve
     return _build(_apply_env(data, env))
 
 
-def _build(data: Mapping[str, Any]) -> ServerConfig:
+def _build(data: Mapping[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         if name in _SECTIONS:
@@ -90,7 +91,7 @@ def _build(data: Mapping[str, Any]) -> ServerConfig:
                 )
         else:
             raise ConfigError(name, "is not a known section")
-    return ServerConfig(**kwargs)
+    return kwargs
 
 
 def _table(key: str, value: Any) -> Mapping[str, Any]:

@@ -51,7 +51,7 @@ from sepp_anyio._version import __version__
 
 from ._clock import Clock
 from ._committer import Committer, Ticket
-from ._config import QueueLimits, ServerConfig
+from ._config import ServerConfig
 from ._convert import (
     custom_from_pb,
     dead_letter_to_pb,
@@ -72,6 +72,7 @@ from ._records import (
     QueueStats,
     StoredJob,
 )
+from ._sections import QueueLimits
 from ._state import Changes, QueueState
 from ._store import Store
 from ._validate import (
@@ -111,11 +112,12 @@ def _invalid(problem: str | None) -> None:
 class Engine(anyio.AsyncContextManagerMixin):
     """The reference server's core.  Use as ``async with Engine(config, store, clock) as e:``.
 
-    :param config: the configuration (default: all defaults).  Storage settings, dedup windows
-        and dead-letter retention are read once here; the rest follows :meth:`reload`.
-    :param store: where jobs are kept (default: a fresh :class:`MemoryStore`).
-    :param clock: the time source (default: :class:`Clock`, the wall clock advanced by the
-        event loop's clock).
+    Args:
+        config: the configuration (default: all defaults).  Storage settings, dedup windows
+            and dead-letter retention are read once here; the rest follows :meth:`reload`.
+        store: where jobs are kept (default: a fresh :class:`MemoryStore`).
+        clock: the time source (default: :class:`Clock`, the wall clock advanced by the
+            event loop's clock).
 
     Entering opens the store and recovers everything in it (expired leases are handled by the
     timer right away).  Leaving shuts down (parked reserves return empty), commits what is
@@ -413,10 +415,11 @@ class Engine(anyio.AsyncContextManagerMixin):
         ``deduplicated=true`` (also for a key repeated inside the batch), a full queue gives
         ``QueueFull``, otherwise the job is inserted.
 
-        :raises EngineError: INVALID_ARGUMENT for an empty or oversized batch; UNAVAILABLE
-            "storage unavailable: ..." while the store is failing (nothing was enqueued) and
-            after close; INTERNAL "storage commit failed" if the engine stopped while the
-            store still failed to commit the jobs (they may or may not be committed).
+        Raises:
+            EngineError: INVALID_ARGUMENT for an empty or oversized batch; UNAVAILABLE
+                "storage unavailable: ..." while the store is failing (nothing was enqueued) and
+                after close; INTERNAL "storage commit failed" if the engine stopped while the
+                store still failed to commit the jobs (they may or may not be committed).
         """
         self._begin()
         jobs = self._check_batch(request)
@@ -442,7 +445,8 @@ class Engine(anyio.AsyncContextManagerMixin):
         (``QueueFull``; would-be dedup hits count, conservatively).  Otherwise every job is
         dedup-checked and inserted in one transaction.
 
-        :raises EngineError: as :meth:`enqueue_batch`.
+        Raises:
+            EngineError: as :meth:`enqueue_batch`.
         """
         self._begin()
         jobs = self._check_batch(request)
@@ -510,9 +514,11 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Cancellation while parked: nothing happens.  While committing: the jobs stay leased
         to nobody and are redelivered when the lease expires.
-        :raises EngineError: INVALID_ARGUMENT (validation, too many queues, a queue name too
-            long); FAILED_PRECONDITION for undeclared queues in strict mode; UNAVAILABLE and
-            INTERNAL as :meth:`enqueue_batch`.
+
+        Raises:
+            EngineError: INVALID_ARGUMENT (validation, too many queues, a queue name too
+                long); FAILED_PRECONDITION for undeclared queues in strict mode; UNAVAILABLE and
+                INTERNAL as :meth:`enqueue_batch`.
         """
         committer = self._begin()
         _invalid(reserve_problem(request))
@@ -597,9 +603,10 @@ class Engine(anyio.AsyncContextManagerMixin):
     async def ack(self, request: pb.AckRequest) -> pb.AckResponse:
         """Ack: delete the inflight job (its idempotency row stays until its deadline).
 
-        :raises EngineError: INVALID_ARGUMENT; NOT_FOUND "job not found" if the job is not
-            inflight; FAILED_PRECONDITION "attempt mismatch"; UNAVAILABLE and INTERNAL as
-            :meth:`enqueue_batch`.
+        Raises:
+            EngineError: INVALID_ARGUMENT; NOT_FOUND "job not found" if the job is not
+                inflight; FAILED_PRECONDITION "attempt mismatch"; UNAVAILABLE and INTERNAL as
+                :meth:`enqueue_batch`.
         """
         self._begin()
         _invalid(ack_problem(request))
@@ -618,8 +625,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         queue's schedule horizon) or the queue's retry policy (0 by default).
         ``dead_lettered`` is true on both dead-letter paths, even with retention disabled.
 
-        :raises EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a retry without a
-            strategy or with a negative delay.
+        Raises:
+            EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a retry without a
+                strategy or with a negative delay.
         """
         self._begin()
         _invalid(nack_problem(request))
@@ -651,8 +659,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         """Extend: the lease now ends at *now* + the requested lease (floor 1 ms) clamped to
         the queue's ``max_lease_duration_ms``.  The attempt is unchanged.
 
-        :raises EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a missing or
-            non-positive ``lease_duration``.
+        Raises:
+            EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a missing or
+                non-positive ``lease_duration``.
         """
         self._begin()
         _invalid(extend_problem(request))
@@ -676,8 +685,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         records are examined, so a filtered drain may come back short.  Destructive.  With
         retention disabled there are no records and the reply is always empty.
 
-        :raises EngineError: INVALID_ARGUMENT (empty queue, max 0); UNAVAILABLE and INTERNAL
-            as :meth:`enqueue_batch`.
+        Raises:
+            EngineError: INVALID_ARGUMENT (empty queue, max 0); UNAVAILABLE and INTERNAL
+                as :meth:`enqueue_batch`.
         """
         self._begin()
         _invalid(drain_problem(request))
@@ -700,7 +710,8 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Answers while the store is failing too: it reads only the configuration.
 
-        :raises EngineError: UNAVAILABLE after close.
+        Raises:
+            EngineError: UNAVAILABLE after close.
         """
         self._begin(touches_state=False)
         await anyio.lowlevel.checkpoint()

@@ -52,7 +52,7 @@ from grpclib.const import Status
 from grpclib.metadata import decode_timeout
 from grpclib.protocol import H2Protocol
 
-from sepp_anyio._grpc._h2quiet import install_quiet_frames
+from sepp_anyio._transport._h2quiet import install_quiet_frames
 
 from ._clock import Clock
 from ._config import ServerConfig

@@ -32,14 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
-import betterproto2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
-from sepp_anyio._decoded import check_decoded
 from sepp_anyio._proto.sepp import v1 as pb
+from sepp_anyio._wire._codec import decode, encode
 
 from ._auth import authenticate
 from ._engine import Engine
@@ -131,8 +130,9 @@ class MessageCodec(ProtoCodec):
     (:meth:`check_size`); grpclib's own reading, used by the health service, checks it at
     decoding, once buffered.  The status and wording follow tonic, which the real
     server uses: OUT_OF_RANGE "decoded message length too large".  A message that does not
-    parse gives INTERNAL, as in tonic; so does one with a field of the wrong wire type
-    (``check_decoded``), which betterproto2 alone would let through.
+    parse gives INTERNAL, as in tonic; so does one with a field of the wrong wire type,
+    which betterproto2's own decoder would let through: messages are encoded and decoded
+    by the compiled codecs (``sepp_anyio._wire._codec``), which are strict.
     """
 
     def __init__(self, max_message_bytes: int) -> None:
@@ -147,13 +147,15 @@ class MessageCodec(ProtoCodec):
                 f"the limit is: {self.max_message_bytes} bytes",
             )
 
+    def encode(self, message: Any, message_type: type[Any]) -> bytes:
+        if not isinstance(message, message_type):
+            raise TypeError(f"message must be {message_type!r}, not {type(message)!r}")
+        return encode(message)
+
     def decode(self, data: bytes, message_type: type[Any]) -> Any:
         self.check_size(len(data))
         try:
-            message = message_type.FromString(data)
-            if isinstance(message, betterproto2.Message):
-                # betterproto2 lets a wrong wire type through as a field of the wrong type.
-                check_decoded(message)
+            message = decode(message_type, data)
         except Exception as exc:
             raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
         return message

@@ -229,9 +229,10 @@ def _statement(write: Write) -> tuple[str, tuple[Any, ...]]:
 class SqliteStore:
     """A durable :class:`~sepp_anyio.server.Store` in one SQLite file (WAL mode).
 
-    :param path: the database file; created with its schema if missing.
-    :param synchronous: SQLite's ``synchronous`` level; ``"FULL"`` (the default) makes every
-        acknowledged write durable, see the module docstring.
+    Args:
+        path: the database file; created with its schema if missing.
+        synchronous: SQLite's ``synchronous`` level; ``"FULL"`` (the default) makes every
+            acknowledged write durable, see the module docstring.
 
     One database must be used by one engine at a time.
     """

@@ -28,8 +28,9 @@ class Store(Protocol):
     async def open(self) -> StoreContents:
         """Open the store and return everything in it.
 
-        :raises RuntimeError: if the store is already open.
-        :raises Exception: whatever the storage layer raises (corrupt or foreign database).
+        Raises:
+            RuntimeError: if the store is already open.
+            Exception: whatever the storage layer raises (corrupt or foreign database).
         """
         ...
 
@@ -42,7 +43,9 @@ class Store(Protocol):
         After a failure the store must stay usable: the engine calls ``commit`` again with the
         same writes until it succeeds (``_committer.py``), which is correct even if the failed
         call did reach the disk, because every write sets or deletes a whole row's values.
-        :raises Exception: on a storage failure (the transaction is rolled back).
+
+        Raises:
+            Exception: on a storage failure (the transaction is rolled back).
         """
         ...
 

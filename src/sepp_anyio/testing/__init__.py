@@ -15,9 +15,19 @@
 
 from __future__ import annotations
 
+import contextlib as _contextlib
+
 from ..server import ServerProcess as ServerProcess
 from ..server import ServerThread as ServerThread
 from ._in_memory import open_in_memory_client as open_in_memory_client
 from ._memory_channel import MemoryChannel as MemoryChannel
 
 __all__ = ["MemoryChannel", "ServerProcess", "ServerThread", "open_in_memory_client"]
+
+# Public names report this package in reprs, tracebacks and pickles (see sepp_anyio's).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
+        with _contextlib.suppress(AttributeError, TypeError):
+            _obj.__module__ = __name__
+del _name, _obj

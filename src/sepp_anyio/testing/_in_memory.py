@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._client import Client, _check_api_key
-from .._error_root import InvalidArgumentTypeError
-from .._types import RetryPolicy
+from .._model._error_root import InvalidArgumentTypeError
+from .._model._retries import RetryPolicy
 from ..server import Clock, Engine, ServerConfig, Store
 from ._memory_channel import MemoryChannel
 

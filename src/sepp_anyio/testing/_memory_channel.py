@@ -23,6 +23,7 @@ import anyio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 
+from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
 from ..server._auth import authenticate
 
@@ -150,7 +151,7 @@ class _MemoryStream:
         if not isinstance(message, self._request_type):
             raise TypeError(f"message must be {self._request_type.__name__}")
         await anyio.lowlevel.checkpoint()
-        self._request = bytes(message)
+        self._request = encode(message)
 
     async def recv_message(self) -> Any:
         if self._request is None:
@@ -158,9 +159,9 @@ class _MemoryStream:
         if self._done:
             return None
         self._done = True
-        request = self._request_type.FromString(self._request)
+        request = decode(self._request_type, self._request)
         with anyio.CancelScope(deadline=self._deadline) as scope:
             reply = await self._channel._serve(self._name, request, self._metadata)
         if scope.cancelled_caught:
             raise GRPCError(Status.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
-        return self._reply_type.FromString(bytes(reply))
+        return decode(self._reply_type, encode(reply))

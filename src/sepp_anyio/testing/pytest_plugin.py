@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from .._client import Client, connect
-from .._grpc._target import parse_target
+from .._transport._target import parse_target
 from ..server import Engine
 from ..server._cli import ServerProcess
 from ._in_memory import open_in_memory_client

@@ -46,7 +46,11 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._cli_common import (
+from .._client import Client
+from .._model._errors import UnauthenticatedError, UnknownQueuesError
+from .._model._retries import RetryPolicy
+from .._worker import Handler, HandlerSignatureError, Worker, check_handler
+from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CliError,
@@ -63,10 +67,6 @@ from ._cli_common import (
     positive_seconds,
     run_async,
 )
-from ._client import Client
-from ._errors import UnauthenticatedError, UnknownQueuesError
-from ._types import RetryPolicy
-from ._worker import Handler, HandlerSignatureError, Worker, check_handler
 
 __all__ = ["Target", "build_parser", "load_target", "main"]
 

@@ -35,7 +35,8 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from hpack import NeverIndexedHeaderTuple
 
-from .._error_root import InvalidArgumentError
+from .._model._error_root import InvalidArgumentError
+from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import Connection
 from ._metadata import MetadataLike, encode_metadata
@@ -44,11 +45,10 @@ from ._stream import Stream
 if TYPE_CHECKING:
     from grpclib.metadata import Deadline
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "Channel", "default_ssl_context"]
+__all__ = ["Channel", "default_ssl_context"]
 
 logger = logging.getLogger("sepp_anyio.transport")
 
-DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 << 20
 USER_AGENT = f"sepp-anyio/{__version__}"
 
 
@@ -85,7 +85,8 @@ class Channel:
             ``:authority``), when it differs from ``host``.
         metadata: sent with every call (for instance ``authorization``).
         max_receive_message_bytes: larger response messages fail the call with
-            RESOURCE_EXHAUSTED (the connection stays usable).
+            RESOURCE_EXHAUSTED (the connection stays usable); the client's default,
+            ``_model._limits.DEFAULT_MAX_RECEIVE_MESSAGE_BYTES`` (64 MiB).
         keepalive_interval, keepalive_timeout: PING cadence and patience;
             ``keepalive_interval=None`` disables keepalive.
         connect_timeout: bound on TCP + TLS + HTTP/2 handshake.
@@ -227,7 +228,7 @@ class Channel:
         call_metadata = self._base_metadata
         if metadata:
             # Per-call values (traceparent, ...) change on every call: kept out
-            # of the HPACK table like grpc-timeout (see _request_headers).
+            # of the HPACK table like grpc-timeout (see request_headers).
             call_metadata = call_metadata + [
                 NeverIndexedHeaderTuple(key, value) for key, value in encode_metadata(metadata)
             ]
@@ -241,7 +242,7 @@ class Channel:
             metadata=call_metadata,
         )
 
-    def _request_headers(
+    def request_headers(
         self,
         path: str,
         timeout: bytes | None,
@@ -288,9 +289,10 @@ class Channel:
             GRPCError: UNAVAILABLE with the reason (refused, timed out, TLS
                 verification failed, no ALPN h2, ...).
         """
-        await self._get_connection()
+        await self.get_connection()
 
-    async def _get_connection(self) -> Connection:
+    async def get_connection(self) -> Connection:
+        """The current connection if usable, else a new one (one attempt at a time)."""
         conn = self._conn
         if conn is not None and conn.usable:
             return conn

@@ -1,8 +1,8 @@
 """The root of the exception tree and the errors for bad arguments.
 
-Kept apart from :mod:`sepp_anyio._errors` (which draws the whole tree and re-exports
-these) because the public data types in :mod:`sepp_anyio._types` raise the argument
-errors while ``_errors`` itself imports ``_types``: this module imports nothing of the
+Kept apart from :mod:`sepp_anyio._model._errors` (which draws the whole tree and re-exports
+these) because the public data types (``_payload``, ``_enqueue``, ...) raise the argument
+errors while ``_errors`` itself imports them: this module imports nothing of the
 package, so every module can use it.
 """
 
@@ -50,9 +50,10 @@ def _rebuild(cls: type[SeppError], message: str) -> SeppError:
 class SeppError(Exception):
     """Root of every error sepp-anyio raises (except :class:`HandlerError`, see there).
 
-    :param message: the human explanation, which is also ``str(error)``.
-    :param code: the gRPC status the error was built from, if any.
-    :param status_message: the server's status text, if any.
+    Args:
+        message: the human explanation, which is also ``str(error)``.
+        code: the gRPC status the error was built from, if any.
+        status_message: the server's status text, if any.
     """
 
     #: The gRPC status the error came from; ``None`` if the client raised it itself.

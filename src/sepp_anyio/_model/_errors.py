@@ -59,7 +59,7 @@ from typing import Final
 
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError, SeppError, StatusCode
 from ._rejections import JobRejection, JobValidationError
-from ._types import RetryDirective
+from ._retries import RetryDirective
 
 __all__ = [
     "KEYLESS_ENQUEUE_RETRYABLE_CODES",
@@ -126,8 +126,9 @@ class ClientError(SeppError):
 class ConnectError(ClientError):
     """The first connection to the server could not be made (or timed out).
 
-    :param addr: the target as given to :func:`connect`.
-    :param reason: why, for example ``"timed out"`` or ``"connection refused"``.
+    Args:
+        addr: the target as given to :func:`connect`.
+        reason: why, for example ``"timed out"`` or ``"connection refused"``.
     """
 
     def __init__(self, addr: str, reason: str) -> None:
@@ -164,8 +165,9 @@ class ServerInternalError(ClientError):
 class UnexpectedStatusError(ClientError):
     """The server answered with a status this call does not expect.
 
-    :param code: the status.
-    :param message: the server's status text.
+    Args:
+        code: the status.
+        message: the server's status text.
     """
 
     def __init__(self, code: StatusCode, message: str, *, rpc: str | None = None) -> None:
@@ -186,8 +188,9 @@ class MalformedResponseError(ClientError):
 class BatchResultCountMismatchError(MalformedResponseError):
     """The server returned a different number of results than jobs were sent.
 
-    :param expected: the number of jobs sent.
-    :param got: the number of results received.
+    Args:
+        expected: the number of jobs sent.
+        got: the number of results received.
     """
 
     def __init__(self, expected: int, got: int) -> None:
@@ -204,7 +207,8 @@ class BatchResultCountMismatchError(MalformedResponseError):
 class MalformedServerInfoError(ClientError):
     """The server-info reply cannot be used (an empty version or no server time).
 
-    :param reason: what is wrong with it.
+    Args:
+        reason: what is wrong with it.
     """
 
     def __init__(self, reason: str) -> None:
@@ -228,7 +232,8 @@ class InvalidApiKeyError(ClientError, InvalidArgumentError):
 
     The key itself is never included in the message.
 
-    :param reason: what is wrong, for example ``"it contains a line break"``.
+    Args:
+        reason: what is wrong, for example ``"it contains a line break"``.
     """
 
     def __init__(self, reason: str = "it is not a valid HTTP header value") -> None:
@@ -277,7 +282,8 @@ class JobRejectedError(SeppError):
     Not a :class:`ClientError`: the call itself worked. ``rejection.transient`` says
     whether resending the same job later can succeed.
 
-    :param rejection: why the job was refused.
+    Args:
+        rejection: why the job was refused.
     """
 
     def __init__(self, rejection: JobRejection) -> None:
@@ -293,7 +299,8 @@ class BatchValidationError(SeppError):
     """:meth:`Client.enqueue_atomic` was refused: at least one job failed validation, so
     no job of the batch was enqueued.
 
-    :param errors: every refused job, with its index in the request.
+    Args:
+        errors: every refused job, with its index in the request.
     """
 
     def __init__(self, errors: Sequence[JobValidationError]) -> None:
@@ -313,7 +320,8 @@ class BatchValidationError(SeppError):
 class DuplicateHandlerError(SeppError):
     """A handler is already registered for this job type.
 
-    :param job_type: the job type registered twice.
+    Args:
+        job_type: the job type registered twice.
     """
 
     def __init__(self, job_type: str) -> None:
@@ -335,13 +343,14 @@ class JobConversionError(SeppError):
     read (otherwise it is redelivered when its lease expires); a drained record is gone
     from the server either way. So this is normally only seen in logs.
 
-    :param reason: which field is wrong and how, for example
-        ``"Job.scheduled_at: timestamp out of range"``.
-    :param job_id: the job's id, if it could be read.
-    :param attempt: the job's attempt (the final one, for a dead letter), if it could be
-        read.
-    :param queue: the job's queue, if it could be read.
-    :param job_type: the job's type, if it could be read.
+    Args:
+        reason: which field is wrong and how, for example
+            ``"Job.scheduled_at: timestamp out of range"``.
+        job_id: the job's id, if it could be read.
+        attempt: the job's attempt (the final one, for a dead letter), if it could be
+            read.
+        queue: the job's queue, if it could be read.
+        job_type: the job's type, if it could be read.
     """
 
     def __init__(
@@ -389,8 +398,9 @@ class HandlerError(Exception):
     inside a handler cannot swallow it, and the worker never confuses it with its own
     errors. (sepp-py makes the same choice.)
 
-    :param reason: why the job failed; sent with the nack (an empty one is left off).
-    :param directive: what the server should do; default: the queue's retry policy.
+    Args:
+        reason: why the job failed; sent with the nack (an empty one is left off).
+        directive: what the server should do; default: the queue's retry policy.
     """
 
     def __init__(self, reason: str, directive: RetryDirective | None = None) -> None:
@@ -411,7 +421,8 @@ class HandlerError(Exception):
     def retry_after(cls, reason: str, seconds: float) -> HandlerError:
         """Retry no sooner than ``seconds`` from now.
 
-        :raises ValueError: if ``seconds`` is negative or not finite.
+        Raises:
+            ValueError: if ``seconds`` is negative or not finite.
         """
         return cls(reason, RetryDirective.after(seconds))
 
@@ -463,11 +474,14 @@ def error_from_status(code: int, message: str, *, rpc: str) -> SeppError:
     FAILED_PRECONDITION), then the general table. A code outside the 17 known ones is
     treated as UNKNOWN, as the gRPC spec asks of clients.
 
-    :param code: the numeric status (a ``grpclib.const.Status`` member is accepted too).
-    :param message: the status details, possibly empty.
-    :param rpc: the client method (``"ack"``) or gRPC method name (``"Ack"`` or the full
-        path); used for the RPC-specific rows and in the message.
-    :return: the error to raise (the caller raises it ``from`` the transport error).
+    Args:
+        code: the numeric status (a ``grpclib.const.Status`` member is accepted too).
+        message: the status details, possibly empty.
+        rpc: the client method (``"ack"``) or gRPC method name (``"Ack"`` or the full
+            path); used for the RPC-specific rows and in the message.
+
+    Returns:
+        the error to raise (the caller raises it ``from`` the transport error).
     """
     if isinstance(code, enum.Enum):
         # Tolerate grpclib's Status (a plain Enum, not an int) being passed as is.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
-from ._types import JSON_ENCODING, Payload, _charset, _is_json_encoding, _media_type
+from ._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding, _media_type
 
 __all__ = ["PayloadCodec", "decode_payload", "encode_payload", "register_codec"]
 
@@ -81,8 +81,9 @@ def register_codec(codec: PayloadCodec, *, replace: bool = False) -> None:
 
     The registry is process-wide; register at import time, not per request.
 
-    :raises InvalidArgumentError: if a codec for that media type exists and ``replace`` is
-        false, or the media type is empty.
+    Raises:
+        InvalidArgumentError: if a codec for that media type exists and ``replace`` is
+            false, or the media type is empty.
     """
     key = _media_type(codec.media_type)
     if not key:
@@ -111,11 +112,12 @@ def _lookup(encoding: str) -> PayloadCodec:
 def encode_payload(obj: Any, encoding: str = JSON_ENCODING) -> Payload:
     """Encode ``obj`` with the codec for ``encoding`` and label the payload with it.
 
-    :raises InvalidArgumentError: if no codec serves ``encoding``, or the result is empty
-        (a payload may not be empty: send ``payload=None`` instead).
-    :raises InvalidArgumentTypeError: if a built-in codec cannot encode ``obj`` (the text
-        codec takes ``str``, the octet-stream codec bytes); a registered codec's own
-        errors, and :func:`json.dumps`'s ``TypeError``/``ValueError``, pass through.
+    Raises:
+        InvalidArgumentError: if no codec serves ``encoding``, or the result is empty
+            (a payload may not be empty: send ``payload=None`` instead).
+        InvalidArgumentTypeError: if a built-in codec cannot encode ``obj`` (the text
+            codec takes ``str``, the octet-stream codec bytes); a registered codec's own
+            errors, and :func:`json.dumps`'s ``TypeError``/``ValueError``, pass through.
     """
     return Payload(_lookup(encoding).encode(obj, encoding), encoding)
 
@@ -123,9 +125,10 @@ def encode_payload(obj: Any, encoding: str = JSON_ENCODING) -> Payload:
 def decode_payload(payload: Payload) -> Any:
     """Decode ``payload`` with the codec for its encoding.
 
-    :raises InvalidArgumentError: if no codec serves the encoding.
-    :raises ValueError: if the bytes are invalid for it (``json.JSONDecodeError`` and
-        ``UnicodeDecodeError`` pass through; both are ``ValueError``\\ s).
+    Raises:
+        InvalidArgumentError: if no codec serves the encoding.
+        ValueError: if the bytes are invalid for it (``json.JSONDecodeError`` and
+            ``UnicodeDecodeError`` pass through; both are ``ValueError``\\ s).
     """
     return _lookup(payload.encoding).decode(payload.data, payload.encoding)
 

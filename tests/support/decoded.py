@@ -1,4 +1,9 @@
-"""Type checks of decoded messages: what betterproto2's decoder does not enforce.
+"""A type walk of decoded messages: what betterproto2's own decoder does not enforce.
+
+Test support: the oracle of tests/test_proto_codec.py (whatever the compiled decoders
+accept must pass it). The library needs no such walk: it decodes through the compiled
+codecs (``sepp_anyio._wire._codec``), which refuse a wrong wire type themselves.
+
 
 betterproto2 0.10 does not check a field's wire type against the field's declared type. A
 varint where a string is declared decodes to an ``int``, a length-delimited value where a
@@ -7,9 +12,7 @@ prost refuse such a message as undecodable; betterproto2 hands it on, and code r
 then meets fields of the wrong type (an ``int`` job id, ``[None]`` as the list of jobs).
 
 :func:`check_decoded` walks a decoded message and raises ``ValueError`` naming the first
-field whose value does not have its declared type. The transport calls it on every reply
-and the reference server on every request, so a message with a wrong wire type is refused
-like any other undecodable one (INTERNAL, as tonic does).
+field whose value does not have its declared type.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import betterproto2
-
-from ._proto_codec import is_compiled
 
 __all__ = ["check_decoded"]
 
@@ -120,12 +121,5 @@ def _check_message(message: Any, path: str) -> None:
 
 def check_decoded(message: betterproto2.Message) -> None:
     """Raise ``ValueError`` if a field of ``message`` (or of a message in it) holds a value
-    of another type than its declared one, which is what a wrong wire type decodes to.
-
-    Messages of a class with a compiled decoder (:mod:`sepp_anyio._proto_codec`, installed
-    on every generated class of this package) are not walked: that decoder refuses a wrong
-    wire type itself, and tests/test_proto_codec.py checks that whatever it accepts passes
-    this walk."""
-    if is_compiled(type(message)):
-        return
+    of another type than its declared one, which is what a wrong wire type decodes to."""
     _check_message(message, "")

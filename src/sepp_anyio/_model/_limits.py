@@ -1,4 +1,5 @@
-"""Checking a job locally against the limits a server advertises.
+"""Limits: the client's own (the largest reply it reads), and checking a job locally
+against the limits a server advertises.
 
 ``ServerInfo`` carries the server's *global* limits; a queue may be configured
 differently, and strict mode or a full queue can only be judged by the server.
@@ -12,6 +13,7 @@ The checks and their order follow the server's own classification.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from ._rejections import (
     CustomEntriesTooMany,
@@ -25,9 +27,21 @@ from ._rejections import (
     QueueNameTooLong,
     ScheduledTooFar,
 )
-from ._types import CustomValue, EnqueueRequest, ServerInfo
 
-__all__ = ["check_request"]
+if TYPE_CHECKING:
+    # Types only: ``ServerInfo.check`` calls this module, so it may not import theirs.
+    from ._enqueue import CustomValue, EnqueueRequest
+    from ._server_info import ServerInfo
+
+__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "check_request"]
+
+#: The largest reply message the client reads by default (``connect(...,
+#: max_receive_message_bytes=...)``; the transport's ``Channel`` defaults to it too): 64 MiB.
+#: gRPC's usual 4 MiB is too small here: a reserve of many jobs can carry up to
+#: max_reserve_batch x max_payload_bytes, and a reply that fails to decode on the client
+#: leaves its jobs leased (stuck) until their leases expire. A larger reply fails the call
+#: with RESOURCE_EXHAUSTED (``OverloadedError``); the connection stays usable.
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 
 
 def _value_bytes(value: CustomValue) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 
 from multidict import MultiDict
 
-from .._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["MetadataLike", "decode_metadata", "encode_metadata"]
 

@@ -9,7 +9,7 @@ Exit status, for every subcommand: 0 on success, 1 when the work fails (an unrea
 server, a refusal), 2 for bad input on the command line (an unknown command too: the line
 lists the commands and suggests the nearest); a failure is one line on stderr. When the
 reader of stdout goes away (``sepp-anyio info | head -1``) the command stops quietly with
-status 141, 128 + SIGPIPE (see ``_cli_common.stdout_closed``).
+status 141, 128 + SIGPIPE (see ``_common.stdout_closed``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ._version import __version__
+from .._version import __version__
 
 __all__ = ["main"]
 
@@ -29,37 +29,37 @@ PROG = "sepp-anyio"
 
 
 def _server(argv: Sequence[str]) -> int:
-    from .server._cli import main as server_main
+    from ..server._cli import main as server_main
 
     return server_main(argv, prog=f"{PROG} server")
 
 
 def _worker(argv: Sequence[str]) -> int:
-    from ._cli_worker import main as worker_main
+    from ._worker import main as worker_main
 
     return worker_main(argv, prog=f"{PROG} worker")
 
 
 def _enqueue(argv: Sequence[str]) -> int:
-    from ._cli_producer import enqueue_main
+    from ._producer import enqueue_main
 
     return enqueue_main(argv, prog=f"{PROG} enqueue")
 
 
 def _info(argv: Sequence[str]) -> int:
-    from ._cli_producer import info_main
+    from ._producer import info_main
 
     return info_main(argv, prog=f"{PROG} info")
 
 
 def _dlq(argv: Sequence[str]) -> int:
-    from ._cli_producer import dlq_main
+    from ._producer import dlq_main
 
     return dlq_main(argv, prog=f"{PROG} dlq")
 
 
 def _demo(argv: Sequence[str]) -> int:
-    from ._cli_demo import main as demo_main
+    from ._demo import main as demo_main
 
     return demo_main(argv, prog=f"{PROG} demo")
 
@@ -75,7 +75,7 @@ _COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (``_cli_common.Parser`` would import the client: slow)."""
+    """Usage errors as one line (``_common.Parser`` would import the client: slow)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -112,7 +112,7 @@ def _leaf(error: BaseException) -> BaseException:
 
 
 def _stdout_closed() -> int:
-    # The same as _cli_common.stdout_closed, which is not imported here: `--help` stays fast.
+    # The same as _common.stdout_closed, which is not imported here: `--help` stays fast.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:

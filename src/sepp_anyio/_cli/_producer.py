@@ -18,7 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._cli_common import (
+from .._client import Client
+from .._model._dead_letters import DeadLetterRecord
+from .._model._enqueue import EnqueueAck, EnqueueRequest
+from .._model._errors import SeppError
+from .._model._payload import Payload
+from .._model._retries import RetryPolicy
+from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CliError,
@@ -35,9 +41,6 @@ from ._cli_common import (
     run_async,
     table,
 )
-from ._client import Client
-from ._errors import SeppError
-from ._types import DeadLetterRecord, EnqueueAck, EnqueueRequest, Payload, RetryPolicy
 
 __all__ = ["dlq_main", "enqueue_main", "info_main"]
 

@@ -6,9 +6,8 @@ errors are grpclib ``GRPCError``s, which the client translates.
 
 from __future__ import annotations
 
-from ._channel import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES as DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from ._channel import Channel as Channel
 from ._channel import default_ssl_context as default_ssl_context
 from ._stream import Stream as Stream
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "Channel", "Stream", "default_ssl_context"]
+__all__ = ["Channel", "Stream", "default_ssl_context"]

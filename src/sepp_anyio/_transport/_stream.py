@@ -32,17 +32,15 @@ import contextlib
 import logging
 import math
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
-import betterproto2
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
-from .._decoded import check_decoded
-from .._proto_codec import decodes_strictly
+from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
     decode_grpc_message,
@@ -57,9 +55,7 @@ from ._metadata import decode_metadata
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._channel import Channel
-
-__all__ = ["Stream"]
+__all__ = ["CallOwner", "Stream"]
 
 _OPEN_ATTEMPTS = 3
 _NO_SCOPE = contextlib.nullcontext()
@@ -129,8 +125,29 @@ async def _deliver_expired_deadline() -> None:
         await anyio.lowlevel.checkpoint()
 
 
+class CallOwner(Protocol):
+    """What a :class:`Stream` needs from the channel that made it (``_channel.Channel``).
+
+    A protocol, so that the stream does not import the channel that imports it.
+    """
+
+    def request_headers(
+        self,
+        path: str,
+        timeout: bytes | None,
+        stable_timeout: bool,
+        metadata: list[tuple[bytes, bytes]],
+    ) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The request's headers, and how many leading ones are the same on every call."""
+        ...
+
+    async def get_connection(self) -> Connection:
+        """A usable connection, made now if needed (raises ``GRPCError`` UNAVAILABLE)."""
+        ...
+
+
 class Stream:
-    """A single RPC on a :class:`~._channel.Channel`; use with ``async with``."""
+    """A single RPC on a channel (a :class:`CallOwner`); use with ``async with``."""
 
     __slots__ = (
         "_body",
@@ -155,7 +172,7 @@ class Stream:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: CallOwner,
         name: str,
         cardinality: Cardinality,
         send_type: type[Any],
@@ -320,7 +337,7 @@ class Stream:
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
             timeout, stable = self._timeout_header(ambient, anyio.current_time())
-            headers, constant = self._channel._request_headers(
+            headers, constant = self._channel.request_headers(
                 self._name, timeout, stable, self._metadata
             )
             h2conn = conn.h2
@@ -361,7 +378,7 @@ class Stream:
         Retrying is safe here: nothing of this call has been sent yet.
         """
         for attempt in range(_OPEN_ATTEMPTS):
-            conn = await self._channel._get_connection()
+            conn = await self._channel.get_connection()
             try:
                 await conn.acquire_slot()
             except GRPCError:
@@ -432,7 +449,7 @@ class Stream:
             raise ProtocolError("Stream is ended")
         if not isinstance(message, self._send_type):
             raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
-        body = encode_message(bytes(message))
+        body = encode_message(encode(message))
         self._message_sent = True
         if not self._cardinality.client_streaming:
             self._body = body
@@ -532,10 +549,9 @@ class Stream:
                     raise GRPCError(Status.INTERNAL, "the server sent no response message")
                 return None
         try:
-            message = self._recv_type.FromString(data)
-            if isinstance(message, betterproto2.Message) and not decodes_strictly(self._recv_type):
-                # betterproto2 lets a wrong wire type through as a field of the wrong type.
-                check_decoded(message)
+            # Strict: a field of the wrong wire type fails the reply (betterproto2's own
+            # decoder would let it through as a value of the wrong type).
+            message = decode(self._recv_type, data)
         except Exception as exc:
             raise GRPCError(
                 Status.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"

@@ -1,4 +1,4 @@
-"""Wire <-> public conversion: the only bridge between ``_types`` and ``_proto``.
+"""Wire <-> public conversion: the only bridge between ``_model`` and ``_proto``.
 
 Everything that builds a request message or reads a response message lives here, so the
 client and worker never touch generated classes, and no generated type can leak into a
@@ -11,7 +11,7 @@ Rules applied on the way in (server -> public), from the protocol and the other 
   attempt, enqueue time, lease expiry, a custom value with no branch set) raises
   :class:`JobConversionError`; reserve and drain skip that job and keep the rest;
 * so does a job (or a result, a record) that does not decode at all: the replies that
-  carry lists are decoded element by element (``_proto_codec.ElementWise``), and an
+  carry lists are decoded element by element (``_wire._codec.ElementWise``), and an
   element that fails arrives here as an ``UndecodedElement``, its error naming the
   field; what can be read of it (a job's id and attempt) is salvaged for the report;
 * a bad *optional* field never blocks delivery: an unparseable trace context or a
@@ -34,7 +34,10 @@ from typing import Any
 
 import betterproto2
 
-from ._errors import (
+from .._model._checks import MAX_PRIORITY
+from .._model._dead_letters import DeadLetterCause, DeadLetterRecord
+from .._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from .._model._errors import (
     BatchResultCountMismatchError,
     BatchValidationError,
     EmptyBatchError,
@@ -44,10 +47,9 @@ from ._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from ._proto.google import protobuf as pb_wkt
-from ._proto.sepp import v1 as pb
-from ._proto_codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
-from ._rejections import (
+from .._model._job import Job, JobCtx, _LeaseLike
+from .._model._payload import Payload
+from .._model._rejections import (
     CustomEntriesTooMany,
     CustomKeyTooLong,
     CustomMapTooLarge,
@@ -66,24 +68,15 @@ from ._rejections import (
     UnknownQueue,
     UnknownRejection,
 )
-from ._types import (
-    CustomValue,
-    DeadLetterCause,
-    DeadLetterRecord,
-    EnqueueAck,
-    EnqueueRequest,
-    Job,
-    JobCtx,
-    Payload,
-    RetryDirective,
-    ServerInfo,
-    TraceContext,
-    _LeaseLike,
-)
+from .._model._retries import RetryDirective
+from .._model._server_info import ServerInfo
+from .._model._trace import TraceContext
+from .._proto.google import protobuf as pb_wkt
+from .._proto.sepp import v1 as pb
+from ._codec import MESSAGE, STRING, UINT32, UndecodedElement, salvage_fields
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
-_MAX_PRIORITY = 9
 
 # ---------------------------------------------------------------------------- durations / times
 
@@ -94,7 +87,8 @@ def seconds_to_duration(seconds: float) -> timedelta:
     Float noise below a microsecond is rounded away first, so ``1.001`` (stored as
     ``1.000999...``) is 1001 ms, not 1000.
 
-    :raises ValueError: if ``seconds`` is not finite.
+    Raises:
+        ValueError: if ``seconds`` is not finite.
     """
     if not math.isfinite(seconds):
         raise InvalidArgumentError(f"a duration must be a finite number of seconds, got {seconds}")
@@ -168,7 +162,8 @@ def payload_from_pb(message: Any, *, job_id: str | None = None) -> Payload | Non
 
     A payload message with no data is "no data" (``None``): zero bytes lose nothing.
 
-    :raises JobConversionError: if there is data but no encoding.
+    Raises:
+        JobConversionError: if there is data but no encoding.
     """
     if message is None:
         return None
@@ -202,7 +197,8 @@ def custom_from_pb(
 ) -> dict[str, CustomValue]:
     """``{key: pb.PrimitiveValue}`` as a plain dict.
 
-    :raises JobConversionError: if a value has no branch set.
+    Raises:
+        JobConversionError: if a value has no branch set.
     """
     out: dict[str, CustomValue] = {}
     for key, value in custom.items():
@@ -251,9 +247,10 @@ def trace_context_from_pb(message: Any) -> TraceContext | None:
 def enqueue_request_to_pb(request: EnqueueRequest, *, now: datetime | None = None) -> Any:
     """An :class:`EnqueueRequest` as a ``pb.EnqueueRequest``.
 
-    :param now: the clock used to turn ``delay`` into ``scheduled_at`` (default: the
-        current UTC time). Build the message once per call and reuse it across retries, so
-        a retry does not push the job further out.
+    Args:
+        now: the clock used to turn ``delay`` into ``scheduled_at`` (default: the
+            current UTC time). Build the message once per call and reuse it across retries, so
+            a retry does not push the job further out.
     """
     scheduled_at = request.scheduled_at
     if request.delay is not None:
@@ -277,8 +274,9 @@ def enqueue_batch_request_to_pb(
 ) -> Any:
     """A ``pb.EnqueueBatchRequest`` for ``EnqueueBatch`` or ``EnqueueAtomic``.
 
-    :raises EmptyBatchError: if ``requests`` is empty (the server refuses it).
-    :raises TypeError: if an element is not an :class:`EnqueueRequest`.
+    Raises:
+        EmptyBatchError: if ``requests`` is empty (the server refuses it).
+        TypeError: if an element is not an :class:`EnqueueRequest`.
     """
     if not requests:
         raise EmptyBatchError()
@@ -296,7 +294,8 @@ def enqueue_batch_request_to_pb(
 def enqueue_ack_from_pb(message: Any) -> EnqueueAck:
     """A ``pb.EnqueueResponse`` as an :class:`EnqueueAck`.
 
-    :raises MalformedResponseError: if the job id is empty.
+    Raises:
+        MalformedResponseError: if the job id is empty.
     """
     job_id = _str(message.job_id)
     if not job_id:
@@ -360,68 +359,11 @@ def rejection_from_pb(message: Any) -> JobRejection:
             return UnknownRejection(_unknown_field_number(message))
 
 
-def rejection_to_pb(rejection: JobRejection) -> Any:
-    """A :class:`JobRejection` as a ``pb.JobRejection`` (for servers and tests).
-
-    An :class:`UnknownRejection` becomes a rejection with no reason set.
-    """
-    match rejection:
-        case UnknownQueue(queue=queue):
-            return pb.JobRejection(unknown_queue=pb.UnknownQueue(queue=queue))
-        case PayloadTooLarge(limit=limit, actual=actual):
-            return pb.JobRejection(payload_too_large=pb.PayloadTooLarge(limit=limit, actual=actual))
-        case EncodingNotAllowed(encoding=encoding, allowed=allowed):
-            return pb.JobRejection(
-                encoding_not_allowed=pb.EncodingNotAllowed(encoding=encoding, allowed=list(allowed))
-            )
-        case JobTypeNotAllowed(job_type=job_type, allowed=allowed):
-            return pb.JobRejection(
-                job_type_not_allowed=pb.JobTypeNotAllowed(job_type=job_type, allowed=list(allowed))
-            )
-        case CustomEntriesTooMany(limit=limit, actual=actual):
-            return pb.JobRejection(
-                custom_entries_too_many=pb.CustomEntriesTooMany(limit=limit, actual=actual)
-            )
-        case CustomMapTooLarge(limit=limit, actual=actual):
-            return pb.JobRejection(
-                custom_map_too_large=pb.CustomMapTooLarge(limit=limit, actual=actual)
-            )
-        case CustomKeyTooLong(key=key, limit=limit, actual=actual):
-            return pb.JobRejection(
-                custom_key_too_long=pb.CustomKeyTooLong(key=key, limit=limit, actual=actual)
-            )
-        case QueueNameTooLong(limit=limit, actual=actual):
-            return pb.JobRejection(
-                queue_name_too_long=pb.QueueNameTooLong(limit=limit, actual=actual)
-            )
-        case JobTypeNameTooLong(limit=limit, actual=actual):
-            return pb.JobRejection(
-                job_type_name_too_long=pb.JobTypeNameTooLong(limit=limit, actual=actual)
-            )
-        case IdempotencyKeyTooLong(limit=limit, actual=actual):
-            return pb.JobRejection(
-                idempotency_key_too_long=pb.IdempotencyKeyTooLong(limit=limit, actual=actual)
-            )
-        case ScheduledTooFar(horizon=horizon, actual=actual):
-            return pb.JobRejection(
-                scheduled_too_far=pb.ScheduledTooFar(
-                    horizon=seconds_to_duration(horizon), actual=actual
-                )
-            )
-        case InvalidRequest(message=text):
-            return pb.JobRejection(invalid_request=pb.InvalidRequest(message=text))
-        case QueueFull(queue=queue, limit=limit):
-            return pb.JobRejection(queue_full=pb.QueueFull(queue=queue, limit=limit))
-        case QueueClosing(queue=queue):
-            return pb.JobRejection(queue_closing=pb.QueueClosing(queue=queue))
-        case _:
-            return pb.JobRejection()
-
-
 def job_result_from_pb(message: Any, *, index: int) -> EnqueueAck | JobRejection:
     """One ``pb.JobResult`` of a best-effort batch.
 
-    :raises MalformedResponseError: if the result has neither success nor rejection.
+    Raises:
+        MalformedResponseError: if the result has neither success nor rejection.
     """
     branch, value = _which(message, "outcome")
     if branch == "success":
@@ -447,9 +389,10 @@ def enqueue_batch_results_from_pb(
     field, and the jobs that the readable results say were accepted, so that none of
     them is lost from sight.
 
-    :raises BatchResultCountMismatchError: if there are not ``expected`` results.
-    :raises MalformedResponseError: if a result does not decode, has no outcome, or an
-        ack has no job id.
+    Raises:
+        BatchResultCountMismatchError: if there are not ``expected`` results.
+        MalformedResponseError: if a result does not decode, has no outcome, or an
+            ack has no job id.
     """
     results = list(message.results)
     if len(results) != expected:
@@ -491,9 +434,10 @@ def validation_error_from_pb(message: Any) -> JobValidationError:
 def enqueue_atomic_from_pb(message: Any, *, expected: int) -> list[EnqueueAck]:
     """A ``pb.EnqueueAtomicResponse`` as one ack per job, in request order.
 
-    :raises BatchValidationError: if the server refused the batch (nothing was enqueued).
-    :raises BatchResultCountMismatchError: if there are not ``expected`` acks.
-    :raises MalformedResponseError: if the response has no outcome.
+    Raises:
+        BatchValidationError: if the server refused the batch (nothing was enqueued).
+        BatchResultCountMismatchError: if there are not ``expected`` acks.
+        MalformedResponseError: if the response has no outcome.
     """
     branch, value = _which(message, "outcome")
     if branch == "rejection":
@@ -521,8 +465,9 @@ def reserve_request_to_pb(
 ) -> Any:
     """A ``pb.ReserveRequest``. Arguments are assumed validated by the caller.
 
-    :param lease: requested lease in seconds (the server may clamp it).
-    :param wait: long-poll window in seconds (the server may clamp it).
+    Args:
+        lease: requested lease in seconds (the server may clamp it).
+        wait: long-poll window in seconds (the server may clamp it).
     """
     return pb.ReserveRequest(
         queues=list(queues),
@@ -549,9 +494,9 @@ def _checked_core(message: Any) -> tuple[str, str, int]:
     if not job_type:
         raise JobConversionError("job_type is empty", job_id=job_id)
     priority = _int(message.priority)
-    if priority > _MAX_PRIORITY:
+    if priority > MAX_PRIORITY:
         raise JobConversionError(
-            f"priority {priority} is out of range (0-{_MAX_PRIORITY})", job_id=job_id
+            f"priority {priority} is out of range (0-{MAX_PRIORITY})", job_id=job_id
         )
     return job_id, job_type, priority
 
@@ -564,12 +509,15 @@ def job_from_pb(
 ) -> Job:
     """A reserved ``pb.Job`` as a :class:`Job`.
 
-    :param worker_id: the worker id the reserve was sent with; echoed on ack/nack/extend.
-    :param make_lease: called with the finished context to build the lease that
-        :meth:`JobCtx.extend` goes through (its ``known_expiry`` should start at
-        ``ctx.lease_expires_at``, the *granted* expiry). ``None`` leaves the job without a
-        lease.
-    :raises JobConversionError: if a required field is missing or out of range.
+    Args:
+        worker_id: the worker id the reserve was sent with; echoed on ack/nack/extend.
+        make_lease: called with the finished context to build the lease that
+            :meth:`JobCtx.extend` goes through (its ``known_expiry`` should start at
+            ``ctx.lease_expires_at``, the *granted* expiry). ``None`` leaves the job without a
+            lease.
+
+    Raises:
+        JobConversionError: if a required field is missing or out of range.
     """
     job_id, job_type, priority = _checked_core(message)
     attempt = _int(message.attempt)
@@ -642,7 +590,7 @@ def jobs_from_pb(
     """Every usable job of a ``pb.ReserveResponse``, plus an error per job left out.
 
     A job is left out when it did not decode (an ``UndecodedElement``, see
-    ``_proto_codec.ElementWise``) or cannot be converted; its error carries what could be
+    ``_wire._codec.ElementWise``) or cannot be converted; its error carries what could be
     read of it (``job_id``, ``attempt``, ``queue``, ``job_type``), so that the caller can
     report it and dead-letter it. A bad job must not cost the rest of the batch.
     """
@@ -657,25 +605,6 @@ def jobs_from_pb(
         except JobConversionError as exc:
             errors.append(_identified(exc, raw))
     return jobs, errors
-
-
-def job_to_pb(job: Job) -> Any:
-    """A :class:`Job` as a ``pb.Job`` (for servers and tests)."""
-    ctx = job.ctx
-    return pb.Job(
-        id=ctx.id,
-        job_type=ctx.job_type,
-        payload=payload_to_pb(job.payload),
-        priority=ctx.priority,
-        trace_context=trace_context_to_pb(ctx.trace_context),
-        enqueued_at=ctx.enqueued_at,
-        attempt=ctx.attempt,
-        max_attempts=ctx.max_attempts,
-        lease_expires_at=ctx.lease_expires_at,
-        custom=custom_to_pb(ctx.custom),
-        scheduled_at=_wire_instant(ctx.scheduled_at),
-        queue=ctx.queue,
-    )
 
 
 # ---------------------------------------------------------------------------- ack / nack / extend
@@ -693,26 +622,6 @@ def retry_directive_to_pb(directive: RetryDirective) -> Any:
     if directive.kind == "dead_letter":
         return pb.NackRetry(dead_letter=pb_wkt.Empty())
     return pb.NackRetry(default=pb_wkt.Empty())
-
-
-def retry_directive_from_pb(message: Any) -> RetryDirective:
-    """A ``pb.NackRetry`` (or ``None``) as a :class:`RetryDirective` (for servers).
-
-    An absent ``retry`` means the queue's default.
-
-    :raises ValueError: if the message is present with no strategy set, or a negative
-        delay (the server answers both with INVALID_ARGUMENT).
-    """
-    if message is None:
-        return RetryDirective.default()
-    branch, value = _which(message, "strategy")
-    if branch == "delay":
-        return RetryDirective.after(duration_to_seconds(value))
-    if branch == "dead_letter":
-        return RetryDirective.dead_letter()
-    if branch == "default":
-        return RetryDirective.default()
-    raise ValueError("retry strategy is required")
 
 
 def nack_request_to_pb(ctx: JobCtx, directive: RetryDirective, *, reason: str | None = None) -> Any:
@@ -757,7 +666,8 @@ def extend_request_to_pb(ctx: JobCtx, seconds: float) -> Any:
 def extend_expiry_from_pb(message: Any) -> datetime:
     """The new lease expiry from a ``pb.ExtendResponse``.
 
-    :raises MalformedResponseError: if it is missing or before 1970.
+    Raises:
+        MalformedResponseError: if it is missing or before 1970.
     """
     expiry = _instant(message.lease_expires_at)
     if expiry is None:
@@ -774,7 +684,6 @@ _CAUSE_FROM_WIRE: dict[int, DeadLetterCause] = {
     3: DeadLetterCause.LEASE_EXPIRED,
     4: DeadLetterCause.ADMIN,
 }
-_CAUSE_TO_WIRE = {cause: number for number, cause in _CAUSE_FROM_WIRE.items()}
 
 
 def dead_letter_cause_from_pb(value: Any) -> DeadLetterCause:
@@ -795,8 +704,9 @@ def drain_request_to_pb(queue: str | None, max_records: int) -> Any:
 def dead_letter_from_pb(message: Any) -> DeadLetterRecord:
     """A ``pb.DeadLetterRecord`` as a :class:`DeadLetterRecord`.
 
-    :raises JobConversionError: if the job is missing, a required job field is missing or
-        out of range, the queue is empty, or ``failed_at`` is missing.
+    Raises:
+        JobConversionError: if the job is missing, a required job field is missing or
+            out of range, the queue is empty, or ``failed_at`` is missing.
     """
     job = message.job
     if job is None:
@@ -866,30 +776,6 @@ def dead_letters_from_pb(
     return records, errors
 
 
-def dead_letter_to_pb(record: DeadLetterRecord) -> Any:
-    """A :class:`DeadLetterRecord` as a ``pb.DeadLetterRecord`` (for servers and tests)."""
-    job = pb.Job(
-        id=record.job_id,
-        job_type=record.job_type,
-        payload=payload_to_pb(record.payload),
-        priority=record.priority,
-        trace_context=trace_context_to_pb(record.trace_context),
-        enqueued_at=record.enqueued_at,
-        attempt=record.final_attempt,
-        max_attempts=record.max_attempts,
-        custom=custom_to_pb(record.custom),
-        scheduled_at=_wire_instant(record.scheduled_at),
-        queue=record.queue,
-    )
-    return pb.DeadLetterRecord(
-        job=job,
-        cause=pb.DeadLetterCause(_CAUSE_TO_WIRE[record.cause]),
-        failed_at=record.failed_at,
-        final_attempt=record.final_attempt,
-        last_reason=record.last_reason,
-    )
-
-
 # ---------------------------------------------------------------------------- server info
 
 
@@ -900,8 +786,9 @@ def _strings(values: Iterable[Any]) -> tuple[str, ...]:
 def server_info_from_pb(message: Any) -> ServerInfo:
     """A ``pb.GetServerInfoResponse`` as a :class:`ServerInfo`.
 
-    :raises MalformedServerInfoError: if the version is empty or the server time is
-        missing or before 1970.
+    Raises:
+        MalformedServerInfoError: if the version is empty or the server time is
+            missing or before 1970.
     """
     version = _str(message.server_version)
     if not version:
@@ -931,30 +818,4 @@ def server_info_from_pb(message: Any) -> ServerInfo:
         max_lease_duration=duration_to_seconds(message.max_lease_duration),
         strict_queues=bool(message.strict_queues),
         dead_letter_retention_enabled=bool(message.dead_letter_retention_enabled),
-    )
-
-
-def server_info_to_pb(info: ServerInfo) -> Any:
-    """A :class:`ServerInfo` as a ``pb.GetServerInfoResponse`` (for servers and tests)."""
-    return pb.GetServerInfoResponse(
-        server_version=info.version,
-        supported_protocol_versions=list(info.supported_protocol_versions),
-        server_time=info.server_time,
-        restricts_encodings=info.restricts_encodings,
-        allowed_encodings=list(info.allowed_encodings),
-        max_payload_bytes=info.max_payload_bytes,
-        max_custom_entries=info.max_custom_entries,
-        max_custom_total_bytes=info.max_custom_total_bytes,
-        max_custom_key_bytes=info.max_custom_key_bytes,
-        max_queue_name_bytes=info.max_queue_name_bytes,
-        max_job_type_bytes=info.max_job_type_bytes,
-        max_idempotency_key_bytes=info.max_idempotency_key_bytes,
-        max_schedule_horizon=seconds_to_duration(info.max_schedule_horizon),
-        max_enqueue_batch=info.max_enqueue_batch,
-        max_reserve_batch=info.max_reserve_batch,
-        max_reserve_queues=info.max_reserve_queues,
-        max_wait_timeout=seconds_to_duration(info.max_wait_timeout),
-        max_lease_duration=seconds_to_duration(info.max_lease_duration),
-        strict_queues=info.strict_queues,
-        dead_letter_retention_enabled=info.dead_letter_retention_enabled,
     )

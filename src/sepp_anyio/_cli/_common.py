@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,9 +30,10 @@ from typing import Final, NoReturn
 
 import anyio
 
-from ._client import Client, connect
-from ._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
-from ._types import RetryPolicy
+from .._client import Client, connect
+from .._model._checks import seconds_problem
+from .._model._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
+from .._model._retries import RetryPolicy
 
 __all__ = [
     "BACKENDS",
@@ -117,10 +117,9 @@ def _seconds(text: str, *, positive: bool) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise argparse.ArgumentTypeError(
-            f"must be a finite number of seconds {'> 0' if positive else '>= 0'}, not {text}"
-        )
+    problem = seconds_problem(value, "positive" if positive else "zero")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{problem}, not {text}")
     return value
 
 

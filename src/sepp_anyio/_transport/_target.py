@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._error_root import InvalidArgumentError
+from .._model._error_root import InvalidArgumentError
 
 __all__ = ["Target", "parse_target"]
 

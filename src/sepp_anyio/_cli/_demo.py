@@ -36,7 +36,14 @@ from typing import TextIO
 
 import anyio
 
-from ._cli_common import (
+from .._client import Client
+from .._model._dead_letters import DeadLetterCause
+from .._model._enqueue import EnqueueAck, EnqueueRequest
+from .._model._errors import HandlerError
+from .._model._job import JobCtx
+from .._model._payload import Payload
+from .._worker import Worker
+from ._common import (
     EXIT_FAILURE,
     CliError,
     Parser,
@@ -52,10 +59,6 @@ from ._cli_common import (
     run_async,
     table,
 )
-from ._client import Client
-from ._errors import HandlerError
-from ._types import DeadLetterCause, EnqueueAck, EnqueueRequest, JobCtx, Payload
-from ._worker import Worker
 
 __all__ = ["build_parser", "main"]
 
@@ -371,7 +374,7 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio demo") -> int:
 
         return run_async(prog, remote, backend=args.backend)
 
-    from .server import ServerConfig, ServerThread, SqliteStore, StorageConfig
+    from ..server import ServerConfig, ServerThread, SqliteStore, StorageConfig
 
     config = ServerConfig(storage=StorageConfig(dead_letter_retention_ms=_DEAD_LETTER_RETENTION_MS))
     with tempfile.TemporaryDirectory(prefix="sepp-demo-") as tmp:

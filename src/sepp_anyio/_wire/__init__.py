@@ -1,0 +1,1 @@
+"""Public <-> protobuf conversion and the compiled protobuf codecs."""
