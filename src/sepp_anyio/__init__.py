@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from ._client import Client as Client
 from ._client import connect as connect
+from ._cron import Cron as Cron
+from ._health import serve_health as serve_health
 from ._logcontext import current_job as current_job
 from ._model._codecs import PayloadCodec as PayloadCodec
 from ._model._codecs import decode_payload as decode_payload
@@ -83,6 +85,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectError",
+    "Cron",
     "CustomEntriesTooMany",
     "CustomKeyTooLong",
     "CustomMapTooLarge",
@@ -146,4 +149,5 @@ __all__ = [
     "decode_payload",
     "encode_payload",
     "register_codec",
+    "serve_health",
 ]

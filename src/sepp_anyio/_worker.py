@@ -82,6 +82,8 @@ import anyio.to_thread
 
 from . import _otel
 from ._client import Client
+from ._health import LaneMetrics, MetricsRegistry, WorkerHealth
+from ._health._source import DEFAULT_MARGIN
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
 from ._model._errors import (
@@ -122,6 +124,8 @@ _SMOOTHING = 0.25
 _MAX_FAILURE_BACKOFF = 60.0
 # Ceiling of the exponential backoff after a refused reserve (auth, undeclared queue).
 _MAX_REFUSED_BACKOFF = 30.0
+#: The lane name of the single reserve loop in health probes and metrics.
+_LANE = "default"
 # The first of those pauses when reserve_error_backoff is 0 (a refusal is never hot-looped).
 _MIN_REFUSED_BACKOFF = 1.0
 
@@ -460,6 +464,13 @@ class Worker:
         self._reserves = 0
         self._reserve_errors = 0
         self._max_seen = 0
+        # Probes and metrics for serve_health. The margin covers the longest pause the loop
+        # takes between two reserves (the backoff after a failed or refused reserve).
+        self._health = WorkerHealth(
+            wait=self._wait,
+            margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
+        )
+        self._lane_metrics: LaneMetrics = self._health.worker_metrics.lane(_LANE)
 
     def __repr__(self) -> str:
         return f"<sepp_anyio.Worker {self.worker_id} queues={self._queues}>"
@@ -571,6 +582,7 @@ class Worker:
         over. Calling it before :meth:`run` makes ``run`` return at once.
         """
         self._shutdown_requested = True
+        self._health.mark_shutting_down()
         if self._stop is not None:
             self._stop.set()
         if self._reserve_scope is not None:
@@ -631,6 +643,28 @@ class Worker:
             max_in_flight_seen=self._max_seen,
         )
 
+    # ------------------------------------------------------------ health (a HealthSource)
+
+    def readiness(self) -> bool:
+        """Whether the worker takes jobs: from :meth:`run`'s start until the first
+        :meth:`shutdown` (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
+        return self._health.readiness()
+
+    def liveness(self, now: float) -> tuple[bool, str]:
+        """Whether the reserve loop is alive at ``now`` (``anyio.current_time()``), with
+        the reason in words: inside a reserve, waiting for free capacity, or past its last
+        reserve by at most ``wait`` + a margin; also before :meth:`run` and while draining,
+        not once :meth:`run` has returned (``/livez``)."""
+        return self._health.liveness(now)
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        """The worker's Prometheus metrics (``/metrics``): ``sepp_jobs_total``,
+        ``sepp_jobs_in_flight``, ``sepp_job_duration_seconds``,
+        ``sepp_reserve_errors_total``, ``sepp_lease_extensions_total``,
+        ``sepp_settle_failures_total``, each with a ``lane`` label."""
+        return self._health.metrics
+
     # ------------------------------------------------------------ running
 
     async def run(
@@ -685,6 +719,9 @@ class Worker:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                self._health.mark_started()
+                if self._shutdown_requested:
+                    self._health.mark_shutting_down()
                 task_status.started()
                 await self._reserve_loop(tg, limiter)
                 await self._drain()
@@ -696,6 +733,7 @@ class Worker:
                 raise
             raise error from None
         finally:
+            self._health.mark_stopped()
             self._tg = None
             self._running = False
             self._stop = None
@@ -738,6 +776,7 @@ class Worker:
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
         stop = self._stop
         assert stop is not None
+        probe = self._health.lane(_LANE)
         while not stop.is_set():
             first = object()
             holding = False
@@ -749,10 +788,13 @@ class Worker:
                     scope.cancel()
                 # The token is taken *before* reserving, so the worker never
                 # leases a job it has no room to start.
+                probe.waiting_for_capacity(anyio.current_time())
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
                 await self._gather_settling_tokens(limiter)
+                probe.reserving(anyio.current_time())
                 jobs = await self._reserve(limiter)
+            probe.between(anyio.current_time())
             self._reserve_scope = None
             unwound.set()
             if not jobs:
@@ -834,6 +876,7 @@ class Worker:
             )
         except SeppError as exc:
             self._reserve_errors += 1
+            self._lane_metrics.reserve_failed()
             metrics = _otel.metrics()
             if metrics.enabled:
                 metrics.reserves_failed.add(1)
@@ -958,14 +1001,16 @@ class Worker:
         ):
             # Read once: the +1 and the -1 must go to the same place.
             measured = metrics.enabled
-            started = 0.0
+            lane = self._lane_metrics
+            lane.job_started()
+            started = anyio.current_time()
             if measured:
                 metrics.in_flight.add(1)
-                started = anyio.current_time()
             outcome = "cancelled"
             try:
                 outcome = await self._handle(job, run, span)
             finally:
+                lane.job_finished(ctx.job_type, outcome, anyio.current_time() - started)
                 if measured:
                     metrics.in_flight.add(-1)
                     metrics.duration.record(
@@ -1005,6 +1050,7 @@ class Worker:
                             max_lease_time=self._max_lease_time,
                             wall_clock=self._client._wall_clock,
                             log=log,
+                            on_extended=self._lane_metrics.lease_extended,
                         )
                     )
                     assert run.handler_scope is not None
