@@ -82,6 +82,7 @@ import anyio.to_thread
 
 from . import _otel
 from ._client import Client
+from ._cron import Cron, run_cron
 from ._health import LaneMetrics, MetricsRegistry, WorkerHealth
 from ._health._source import DEFAULT_MARGIN
 from ._lease import JobRun, heartbeat
@@ -471,6 +472,7 @@ class Worker:
             margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
         )
         self._lane_metrics: LaneMetrics = self._health.worker_metrics.lane(_LANE)
+        self._crons: list[Cron[Any]] = []
 
     def __repr__(self) -> str:
         return f"<sepp_anyio.Worker {self.worker_id} queues={self._queues}>"
@@ -571,6 +573,48 @@ class Worker:
     def handlers(self) -> Mapping[str, Handler]:
         """The registered handlers by job type (read-only view)."""
         return dict(self._handlers)
+
+    def cron(self, cron: Cron[Any]) -> Worker:
+        """Run ``cron``'s scheduler inside this worker: from :meth:`run`'s start until its
+        shutdown signal (a draining worker enqueues nothing more), in the worker's own task
+        group and through its client. Any number of workers may run the same crons: each
+        slot is enqueued once (see :class:`~sepp_anyio.Cron`). Returns the worker.
+
+        Raises:
+            TypeError: ``cron`` is not a :class:`~sepp_anyio.Cron`.
+            ValueError: a cron of the same name is already registered (their idempotency
+                keys would collide).
+            RuntimeError: the worker is running (register crons before :meth:`run`).
+        """
+        if not isinstance(cron, Cron):
+            raise TypeError(f"cron must be a sepp_anyio.Cron, got {type(cron).__name__}")
+        if self._running:
+            raise RuntimeError("register crons before run(): this worker is running")
+        if any(known.name == cron.name for known in self._crons):
+            raise ValueError(
+                f"a cron named {cron.name!r} is already registered: their idempotency keys"
+                " would collide (give one of them another name=)"
+            )
+        self._crons.append(cron)
+        return self
+
+    @property
+    def crons(self) -> tuple[Cron[Any], ...]:
+        """The registered crons, in registration order."""
+        return tuple(self._crons)
+
+    async def _start_crons(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
+        """Start the crons' scheduler in ``tg``; cancelling the returned scope stops it."""
+        scope = anyio.CancelScope()
+        if self._crons:
+            crons = list(self._crons)
+
+            async def schedule(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                with scope:
+                    await run_cron(self._client, crons, task_status=task_status)
+
+            await tg.start(schedule, name=f"sepp cron scheduler of {self.worker_id}")
+        return scope
 
     # ------------------------------------------------------------ control
 
@@ -719,11 +763,13 @@ class Worker:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                crons = await self._start_crons(tg)
                 self._health.mark_started()
                 if self._shutdown_requested:
                     self._health.mark_shutting_down()
                 task_status.started()
                 await self._reserve_loop(tg, limiter)
+                crons.cancel()  # a worker that stops taking jobs stops scheduling them
                 await self._drain()
         except BaseExceptionGroup as group:
             # The task groups are an implementation detail: one error (a handler's
