@@ -142,7 +142,7 @@ async def test_cron_registration_errors() -> None:
         with pytest.raises(ValueError, match="a cron named 'tick' is already registered"):
             worker.cron(Cron("@daily", TASK, _payload))
         worker.cron(Cron("@daily", TASK, _payload, name="daily"))
-        with pytest.raises(TypeError, match="cron must be a sepp_anyio.Cron, got str"):
+        with pytest.raises(TypeError, match=r"cron must be a sepp_anyio\.Cron, got str"):
             worker.cron("* * * * *")  # type: ignore[arg-type]
         async with anyio.create_task_group() as tg:
             await tg.start(worker.run)
