@@ -473,6 +473,8 @@ class Worker:
         )
         self._lane_metrics: LaneMetrics = self._health.worker_metrics.lane(_LANE)
         self._crons: list[Cron[Any]] = []
+        # run(job_limit=...): jobs this run may still take (None: no limit).
+        self._jobs_left: int | None = None
 
     def __repr__(self) -> str:
         return f"<sepp_anyio.Worker {self.worker_id} queues={self._queues}>"
@@ -712,9 +714,17 @@ class Worker:
     # ------------------------------------------------------------ running
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        *,
+        job_limit: int | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Process jobs until :meth:`shutdown`, then drain and return.
+
+        With ``job_limit``, the run takes at most that many jobs (no reserve asks for
+        more than are left) and, once it has taken the last one, shuts down by itself:
+        it drains them and returns (``sepp-anyio worker --max-jobs-per-child`` recycles
+        processes with it).
 
         Calls ``task_status.started()`` once it is about to make its first reserve,
         before the server has answered it, so ``await task_group.start(worker.run)``
@@ -741,9 +751,16 @@ class Worker:
             UnknownQueuesError: a strict server does not declare a queue, before any
                 reserve of this run succeeded.
             RuntimeError: the worker is already running.
+            ValueError, TypeError: a ``job_limit`` that is not an int >= 1.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
+        if job_limit is not None:
+            if isinstance(job_limit, bool) or not isinstance(job_limit, int):
+                raise TypeError(f"job_limit must be an int, got {type(job_limit).__name__}")
+            if job_limit < 1:
+                raise ValueError(f"job_limit must be >= 1, got {job_limit}")
+        self._jobs_left = job_limit
         self._running = True
         self._stop = anyio.Event()
         if self._shutdown_requested:
@@ -861,6 +878,18 @@ class Worker:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
                 self._start_job(tg, limiter, token, job)
+            self._took(len(jobs))
+
+    def _took(self, count: int) -> None:
+        """``count`` jobs were taken: at ``run(job_limit=...)``'s limit, shut down."""
+        if self._jobs_left is None:
+            return
+        self._jobs_left -= count
+        if self._jobs_left <= 0:
+            logger.info(
+                "worker %s took its job_limit of jobs; draining and stopping", self.worker_id
+            )
+            self.shutdown()
 
     async def _gather_settling_tokens(self, limiter: anyio.CapacityLimiter) -> None:
         """Before a reserve, when every job in flight is being settled and handlers have
@@ -910,6 +939,8 @@ class Worker:
         """
         free = 1 + int(limiter.available_tokens)
         count = free if self._max_jobs is None else min(self._max_jobs, free)
+        if self._jobs_left is not None:
+            count = min(count, self._jobs_left)
         self._reserves += 1
         started = anyio.current_time()
         try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import inspect
 import logging
@@ -47,6 +48,7 @@ import anyio
 import anyio.abc
 
 from .._client import Client
+from .._health import serve_health
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._types import RetryPolicy
 from .._worker import Handler, HandlerSignatureError, Worker, check_handler
@@ -66,6 +68,13 @@ from ._common import (
     positive_int,
     positive_seconds,
     run_async,
+)
+from ._supervisor import (
+    add_process_options,
+    child_number,
+    supervise,
+    supervisor_gone,
+    wants_supervisor,
 )
 
 __all__ = ["Target", "build_parser", "load_target", "main"]
@@ -198,6 +207,7 @@ def build_parser(prog: str) -> Parser:
         metavar="ID",
         help="id sent with every call (default: <host>-<pid>-<random>)",
     )
+    add_process_options(parser)
     add_backend_option(parser)
     add_log_level_option(parser, default="INFO")
     return parser
@@ -401,8 +411,18 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
 
                 async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                     with _refusals_explained(worker):
-                        await worker.run(task_status=task_status)
+                        await worker.run(job_limit=args.max_jobs_per_child, task_status=task_status)
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
+
+                if args.health_port is not None:
+                    port = await tg.start(
+                        functools.partial(serve_health, worker, args.health_host, args.health_port)
+                    )
+                    logger.info(
+                        "health: http://%s:%d/livez, /readyz and /metrics",
+                        args.health_host,
+                        port,
+                    )
 
                 async def watch_signals() -> None:
                     nonlocal forced
@@ -440,6 +460,14 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                     args.backend,
                 )
                 tg.start_soon(watch_signals)
+                if child_number() is not None:
+
+                    async def watch_supervisor() -> None:
+                        await supervisor_gone()
+                        logger.warning("the supervisor has gone; draining and stopping")
+                        worker.shutdown()
+
+                    tg.start_soon(watch_supervisor)
             stats = worker.statistics()
             logger.info(
                 "worker %s: %d acked, %d nacked for retry, %d dead-lettered, %d lease(s) "
@@ -486,6 +514,15 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
         return args
     configure_logging(args.log_level)
     try:
+        if wants_supervisor(args):
+            # The children load the target; the supervisor never imports user code.
+            return supervise(argv, args)
+        number = child_number()
+        if number is not None:
+            if args.worker_id is not None:
+                args.worker_id = f"{args.worker_id}-{number}"
+            if args.health_port:
+                args.health_port += number - 1
         target = load_target(args.target, args.path)
         if target.factory is not None:
             given = [flag for dest, flag in _WORKER_OPTIONS if getattr(args, dest) is not None]
