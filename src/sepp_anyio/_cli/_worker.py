@@ -21,6 +21,10 @@ still extended); the process then exits 0. A second signal cancels the handlers 
 running (their jobs are nacked for an immediate retry, as when ``--drain-timeout``
 passes, with the signal as the reason) and the process exits 128 + the signal number.
 
+``--health-port`` serves the worker's probes and metrics (``serve_health``); ``--workers``,
+``--max-jobs-per-child`` and ``--reload`` hand the process to the supervisor of
+``_supervisor``, which runs this same command line in child processes.
+
 A worker the server refuses before its first reserve has succeeded (a missing or wrong API
 key, a queue a strict server does not declare) exits 1 with one error line naming the fix,
 instead of retrying forever while looking healthy.
@@ -120,6 +124,13 @@ exit status 128 + signal number). "ready" is logged once the worker reserves. Ca
 fail transiently are retried up to 3 times (never in a way that duplicates a job). A worker
 the server refuses before any reserve succeeded (a missing or wrong API key, an undeclared
 queue on a strict server) exits with status 1.
+
+--health-port serves /livez, /readyz and /metrics. --workers N, --max-jobs-per-child K and
+--reload run a supervisor of worker processes: it forwards both signals to every child,
+restarts a crashed child with a backoff, replaces a child that took its K jobs (drained),
+drains and replaces the child when a Python file under --path changes (--reload), and
+exits 0 when every child drained cleanly after the signal, else with the first non-zero
+status of a child.
 """
 
 
