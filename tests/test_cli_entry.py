@@ -44,7 +44,7 @@ def test_unknown_command_is_one_line_error(capsys: pytest.CaptureFixture[str]) -
     assert captured.out == ""
     (line,) = captured.err.splitlines()  # no usage line, no traceback
     assert line == (
-        "sepp-anyio: error: unknown command 'frobnicate' (commands: demo, worker, enqueue, "
+        "sepp-anyio: error: unknown command 'frobnicate' (commands: demo, worker, cron, enqueue, "
         "info, dlq, server; see 'sepp-anyio --help')"
     )
 
@@ -59,7 +59,7 @@ def test_unknown_command_suggests_the_nearest(
     assert main([typed]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"sepp-anyio: error: unknown command {typed!r}; did you mean {meant!r}?")
-    assert "(commands: demo, worker, enqueue, info, dlq, server;" in line
+    assert "(commands: demo, worker, cron, enqueue, info, dlq, server;" in line
 
 
 def test_unknown_option_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,6 +53,7 @@ def _runtime_lines(pyproject: dict[str, Any]) -> list[str]:
         *extras["otel"],
         *extras["pydantic"],
         *extras["msgspec"],
+        *extras["reload"],
     ]
 
 
@@ -62,6 +63,7 @@ def _project(dependencies: list[str], extras: dict[str, list[str]] | None = None
         "otel": [],
         "pydantic": [],
         "msgspec": [],
+        "reload": [],
         "codegen": [],
         "test": [],
         "dev": [],

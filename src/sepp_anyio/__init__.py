@@ -25,6 +25,8 @@ import contextlib as _contextlib
 
 from ._client import Client as Client
 from ._client import connect as connect
+from ._cron import Cron as Cron
+from ._health import serve_health as serve_health
 from ._logcontext import current_job as current_job
 from ._model._codecs import PayloadCodec as PayloadCodec
 from ._model._codecs import decode_payload as decode_payload
@@ -100,6 +102,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectError",
+    "Cron",
     "CustomEntriesTooMany",
     "CustomKeyTooLong",
     "CustomMapTooLarge",
@@ -163,6 +166,7 @@ __all__ = [
     "decode_payload",
     "encode_payload",
     "register_codec",
+    "serve_health",
 ]
 
 # Public names report this package (``sepp_anyio.Client``, not ``sepp_anyio._client.Client``)

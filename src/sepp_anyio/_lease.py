@@ -99,6 +99,7 @@ async def heartbeat(
     max_lease_time: float | None,
     wall_clock: Callable[[], datetime],
     log: logging.LoggerAdapter[logging.Logger],
+    on_extended: Callable[[], None] | None = None,
 ) -> None:
     """Extend ``run``'s lease until cancelled; cancel the job if the lease is lost.
 
@@ -114,6 +115,7 @@ async def heartbeat(
         max_lease_time: stop extending this long after the start, then end
             the job as lease-lost once the last granted lease runs out.
         wall_clock: "now" on the server's clock (to read expiry instants).
+        on_extended: called after each extension the server granted (metrics).
 
     Never raises except cancellation: extension errors are decided here.
     """
@@ -177,4 +179,6 @@ async def heartbeat(
                 continue
         else:
             own_expiry = expiry
+            if on_extended is not None:
+                on_extended()
             log.debug("lease extended to %s", expiry.isoformat())

@@ -81,6 +81,9 @@ import anyio.to_thread
 
 from . import _otel
 from ._client import Client
+from ._cron import Cron, run_cron
+from ._health import LaneMetrics, MetricsRegistry, WorkerHealth
+from ._health._source import DEFAULT_MARGIN
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
 from ._model._checks import check_count, check_queue_names, check_seconds, check_str
@@ -124,6 +127,8 @@ _SMOOTHING = 0.25
 _MAX_FAILURE_BACKOFF = 60.0
 # Ceiling of the exponential backoff after a refused reserve (auth, undeclared queue).
 _MAX_REFUSED_BACKOFF = 30.0
+#: The lane name of the single reserve loop in health probes and metrics.
+_LANE = "default"
 # The first of those pauses when reserve_error_backoff is 0 (a refusal is never hot-looped).
 _MIN_REFUSED_BACKOFF = 1.0
 
@@ -441,6 +446,16 @@ class Worker(anyio.AsyncContextManagerMixin):
         self._reserves = 0
         self._reserve_errors = 0
         self._max_seen = 0
+        # Probes and metrics for serve_health. The margin covers the longest pause the loop
+        # takes between two reserves (the backoff after a failed or refused reserve).
+        self._health = WorkerHealth(
+            wait=self._wait,
+            margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
+        )
+        self._lane_metrics: LaneMetrics = self._health.worker_metrics.lane(_LANE)
+        self._crons: list[Cron[Any]] = []
+        # run(job_limit=...): jobs this run may still take (None: no limit).
+        self._jobs_left: int | None = None
 
     def __repr__(self) -> str:
         return f"<sepp_anyio.Worker {self.worker_id} queues={self._queues}>"
@@ -542,6 +557,48 @@ class Worker(anyio.AsyncContextManagerMixin):
         """The registered handlers by job type (read-only view)."""
         return dict(self._handlers)
 
+    def cron(self, cron: Cron[Any]) -> Worker:
+        """Run ``cron``'s scheduler inside this worker: from :meth:`run`'s start until its
+        shutdown signal (a draining worker enqueues nothing more), in the worker's own task
+        group and through its client. Any number of workers may run the same crons: each
+        slot is enqueued once (see :class:`~sepp_anyio.Cron`). Returns the worker.
+
+        Raises:
+            TypeError: ``cron`` is not a :class:`~sepp_anyio.Cron`.
+            ValueError: a cron of the same name is already registered (their idempotency
+                keys would collide).
+            RuntimeError: the worker is running (register crons before :meth:`run`).
+        """
+        if not isinstance(cron, Cron):
+            raise TypeError(f"cron must be a sepp_anyio.Cron, got {type(cron).__name__}")
+        if self._running:
+            raise RuntimeError("register crons before run(): this worker is running")
+        if any(known.name == cron.name for known in self._crons):
+            raise ValueError(
+                f"a cron named {cron.name!r} is already registered: their idempotency keys"
+                " would collide (give one of them another name=)"
+            )
+        self._crons.append(cron)
+        return self
+
+    @property
+    def crons(self) -> tuple[Cron[Any], ...]:
+        """The registered crons, in registration order."""
+        return tuple(self._crons)
+
+    async def _start_crons(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
+        """Start the crons' scheduler in ``tg``; cancelling the returned scope stops it."""
+        scope = anyio.CancelScope()
+        if self._crons:
+            crons = list(self._crons)
+
+            async def schedule(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                with scope:
+                    await run_cron(self._client, crons, task_status=task_status)
+
+            await tg.start(schedule, name=f"sepp cron scheduler of {self.worker_id}")
+        return scope
+
     # ------------------------------------------------------------ control
 
     def shutdown(self) -> None:
@@ -552,6 +609,7 @@ class Worker(anyio.AsyncContextManagerMixin):
         over. Calling it before :meth:`run` makes ``run`` return at once.
         """
         self._shutdown_requested = True
+        self._health.mark_shutting_down()
         if self._stop is not None:
             self._stop.set()
         if self._reserve_scope is not None:
@@ -612,12 +670,42 @@ class Worker(anyio.AsyncContextManagerMixin):
             max_in_flight_seen=self._max_seen,
         )
 
+    # ------------------------------------------------------------ health (a HealthSource)
+
+    def readiness(self) -> bool:
+        """Whether the worker takes jobs: from :meth:`run`'s start until the first
+        :meth:`shutdown` (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
+        return self._health.readiness()
+
+    def liveness(self, now: float) -> tuple[bool, str]:
+        """Whether the reserve loop is alive at ``now`` (``anyio.current_time()``), with
+        the reason in words: inside a reserve, waiting for free capacity, or past its last
+        reserve by at most ``wait`` + a margin; also before :meth:`run` and while draining,
+        not once :meth:`run` has returned (``/livez``)."""
+        return self._health.liveness(now)
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        """The worker's Prometheus metrics (``/metrics``): ``sepp_jobs_total``,
+        ``sepp_jobs_in_flight``, ``sepp_job_duration_seconds``,
+        ``sepp_reserve_errors_total``, ``sepp_lease_extensions_total``,
+        ``sepp_settle_failures_total``, each with a ``lane`` label."""
+        return self._health.metrics
+
     # ------------------------------------------------------------ running
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        *,
+        job_limit: int | None = None,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Process jobs until :meth:`shutdown`, then drain and return.
+
+        With ``job_limit``, the run takes at most that many jobs (no reserve asks for
+        more than are left) and, once it has taken the last one, shuts down by itself:
+        it drains them and returns (``sepp-anyio worker --max-jobs-per-child`` recycles
+        processes with it).
 
         Calls ``task_status.started()`` once it is about to make its first reserve,
         before the server has answered it, so ``await task_group.start(worker.run)``
@@ -644,9 +732,16 @@ class Worker(anyio.AsyncContextManagerMixin):
             UnknownQueuesError: a strict server does not declare a queue, before any
                 reserve of this run succeeded.
             RuntimeError: the worker is already running.
+            ValueError, TypeError: a ``job_limit`` that is not an int >= 1.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
+        if job_limit is not None:
+            if isinstance(job_limit, bool) or not isinstance(job_limit, int):
+                raise TypeError(f"job_limit must be an int, got {type(job_limit).__name__}")
+            if job_limit < 1:
+                raise ValueError(f"job_limit must be >= 1, got {job_limit}")
+        self._jobs_left = job_limit
         self._running = True
         self._stop = anyio.Event()
         if self._shutdown_requested:
@@ -666,8 +761,13 @@ class Worker(anyio.AsyncContextManagerMixin):
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                crons = await self._start_crons(tg)
+                self._health.mark_started()
+                if self._shutdown_requested:
+                    self._health.mark_shutting_down()
                 task_status.started()
                 await self._reserve_loop(tg, limiter)
+                crons.cancel()  # a worker that stops taking jobs stops scheduling them
                 await self._drain()
         except BaseExceptionGroup as group:
             # The task groups are an implementation detail: one error (a handler's
@@ -677,6 +777,7 @@ class Worker(anyio.AsyncContextManagerMixin):
                 raise
             raise error from None
         finally:
+            self._health.mark_stopped()
             self._tg = None
             self._running = False
             self._stop = None
@@ -715,6 +816,7 @@ class Worker(anyio.AsyncContextManagerMixin):
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
         stop = self._stop
         assert stop is not None
+        probe = self._health.lane(_LANE)
         while not stop.is_set():
             first = object()
             holding = False
@@ -726,10 +828,13 @@ class Worker(anyio.AsyncContextManagerMixin):
                     scope.cancel()
                 # The token is taken *before* reserving, so the worker never
                 # leases a job it has no room to start.
+                probe.waiting_for_capacity(anyio.current_time())
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
                 await self._gather_settling_tokens(limiter)
+                probe.reserving(anyio.current_time())
                 jobs = await self._reserve(limiter)
+            probe.between(anyio.current_time())
             self._reserve_scope = None
             unwound.set()
             if not jobs:
@@ -750,6 +855,18 @@ class Worker(anyio.AsyncContextManagerMixin):
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
                 self._start_job(tg, limiter, token, job)
+            self._took(len(jobs))
+
+    def _took(self, count: int) -> None:
+        """``count`` jobs were taken: at ``run(job_limit=...)``'s limit, shut down."""
+        if self._jobs_left is None:
+            return
+        self._jobs_left -= count
+        if self._jobs_left <= 0:
+            logger.info(
+                "worker %s took its job_limit of jobs; draining and stopping", self.worker_id
+            )
+            self.shutdown()
 
     async def _gather_settling_tokens(self, limiter: anyio.CapacityLimiter) -> None:
         """Before a reserve, when every job in flight is being settled and handlers have
@@ -799,6 +916,8 @@ class Worker(anyio.AsyncContextManagerMixin):
         """
         free = 1 + int(limiter.available_tokens)
         count = free if self._max_jobs is None else min(self._max_jobs, free)
+        if self._jobs_left is not None:
+            count = min(count, self._jobs_left)
         self._reserves += 1
         started = anyio.current_time()
         try:
@@ -811,6 +930,7 @@ class Worker(anyio.AsyncContextManagerMixin):
             )
         except SeppError as exc:
             self._reserve_errors += 1
+            self._lane_metrics.reserve_failed()
             metrics = _otel.metrics()
             if metrics.enabled:
                 metrics.reserves_failed.add(1)
@@ -935,14 +1055,16 @@ class Worker(anyio.AsyncContextManagerMixin):
         ):
             # Read once: the +1 and the -1 must go to the same place.
             measured = metrics.enabled
-            started = 0.0
+            lane = self._lane_metrics
+            lane.job_started()
+            started = anyio.current_time()
             if measured:
                 metrics.in_flight.add(1)
-                started = anyio.current_time()
             outcome = "cancelled"
             try:
                 outcome = await self._handle(job, run, span)
             finally:
+                lane.job_finished(ctx.job_type, outcome, anyio.current_time() - started)
                 if measured:
                     metrics.in_flight.add(-1)
                     metrics.duration.record(
@@ -982,6 +1104,7 @@ class Worker(anyio.AsyncContextManagerMixin):
                             max_lease_time=self._max_lease_time,
                             wall_clock=self._client._wall_clock,
                             log=log,
+                            on_extended=self._lane_metrics.lease_extended,
                         )
                     )
                     assert run.handler_scope is not None

@@ -40,6 +40,12 @@ def _worker(argv: Sequence[str]) -> int:
     return worker_main(argv, prog=f"{PROG} worker")
 
 
+def _cron(argv: Sequence[str]) -> int:
+    from ._cron import main as cron_main
+
+    return cron_main(argv, prog=f"{PROG} cron")
+
+
 def _enqueue(argv: Sequence[str]) -> int:
     from ._producer import enqueue_main
 
@@ -67,6 +73,7 @@ def _demo(argv: Sequence[str]) -> int:
 _COMMANDS = {
     "demo": (_demo, "run a mixed workload through a Worker on an embedded server"),
     "worker": (_worker, "run a Worker: sepp-anyio worker module:handlers --queue Q"),
+    "cron": (_cron, "run cron schedules: sepp-anyio cron module:crons"),
     "enqueue": (_enqueue, "enqueue one job"),
     "info": (_info, "show the server's version and limits"),
     "dlq": (_dlq, "drain dead letters, optionally re-enqueueing them"),

@@ -21,6 +21,10 @@ still extended); the process then exits 0. A second signal cancels the handlers 
 running (their jobs are nacked for an immediate retry, as when ``--drain-timeout``
 passes, with the signal as the reason) and the process exits 128 + the signal number.
 
+``--health-port`` serves the worker's probes and metrics (``serve_health``); ``--workers``,
+``--max-jobs-per-child`` and ``--reload`` hand the process to the supervisor of
+``_supervisor``, which runs this same command line in child processes.
+
 A worker the server refuses before its first reserve has succeeded (a missing or wrong API
 key, a queue a strict server does not declare) exits 1 with one error line naming the fix,
 instead of retrying forever while looking healthy.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import inspect
 import logging
@@ -47,6 +52,7 @@ import anyio
 import anyio.abc
 
 from .._client import Client
+from .._health import serve_health
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._retries import RetryPolicy
 from .._worker import Handler, HandlerSignatureError, Worker, check_handler
@@ -66,6 +72,13 @@ from ._common import (
     positive_int,
     positive_seconds,
     run_async,
+)
+from ._supervisor import (
+    add_process_options,
+    child_number,
+    supervise,
+    supervisor_gone,
+    wants_supervisor,
 )
 
 __all__ = ["Target", "build_parser", "load_target", "main"]
@@ -111,6 +124,13 @@ exit status 128 + signal number). "ready" is logged once the worker reserves. Ca
 fail transiently are retried up to 3 times (never in a way that duplicates a job). A worker
 the server refuses before any reserve succeeded (a missing or wrong API key, an undeclared
 queue on a strict server) exits with status 1.
+
+--health-port serves /livez, /readyz and /metrics. --workers N, --max-jobs-per-child K and
+--reload run a supervisor of worker processes: it forwards both signals to every child,
+restarts a crashed child with a backoff, replaces a child that took its K jobs (drained),
+drains and replaces the child when a Python file under --path changes (--reload), and
+exits 0 when every child drained cleanly after the signal, else with the first non-zero
+status of a child.
 """
 
 
@@ -198,6 +218,7 @@ def build_parser(prog: str) -> Parser:
         metavar="ID",
         help="id sent with every call (default: <host>-<pid>-<random>)",
     )
+    add_process_options(parser)
     add_backend_option(parser)
     add_log_level_option(parser, default="INFO")
     return parser
@@ -401,8 +422,18 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
 
                 async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                     with _refusals_explained(worker):
-                        await worker.run(task_status=task_status)
+                        await worker.run(job_limit=args.max_jobs_per_child, task_status=task_status)
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
+
+                if args.health_port is not None:
+                    port = await tg.start(
+                        functools.partial(serve_health, worker, args.health_host, args.health_port)
+                    )
+                    logger.info(
+                        "health: http://%s:%d/livez, /readyz and /metrics",
+                        args.health_host,
+                        port,
+                    )
 
                 async def watch_signals() -> None:
                     nonlocal forced
@@ -440,6 +471,14 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                     args.backend,
                 )
                 tg.start_soon(watch_signals)
+                if child_number() is not None:
+
+                    async def watch_supervisor() -> None:
+                        await supervisor_gone()
+                        logger.warning("the supervisor has gone; draining and stopping")
+                        worker.shutdown()
+
+                    tg.start_soon(watch_supervisor)
             stats = worker.statistics()
             logger.info(
                 "worker %s: %d acked, %d nacked for retry, %d dead-lettered, %d lease(s) "
@@ -486,6 +525,15 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
         return args
     configure_logging(args.log_level)
     try:
+        if wants_supervisor(args):
+            # The children load the target; the supervisor never imports user code.
+            return supervise(argv, args)
+        number = child_number()
+        if number is not None:
+            if args.worker_id is not None:
+                args.worker_id = f"{args.worker_id}-{number}"
+            if args.health_port:
+                args.health_port += number - 1
         target = load_target(args.target, args.path)
         if target.factory is not None:
             given = [flag for dest, flag in _WORKER_OPTIONS if getattr(args, dest) is not None]

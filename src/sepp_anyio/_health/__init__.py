@@ -21,6 +21,7 @@ from ._source import HealthSource as HealthSource
 from ._source import LaneProbe as LaneProbe
 from ._source import WorkerHealth as WorkerHealth
 from ._worker_metrics import DURATION_BUCKETS as DURATION_BUCKETS
+from ._worker_metrics import LaneMetrics as LaneMetrics
 from ._worker_metrics import WorkerMetrics as WorkerMetrics
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "HealthServer",
     "HealthSource",
     "Histogram",
+    "LaneMetrics",
     "LaneProbe",
     "MetricsRegistry",
     "WorkerHealth",
