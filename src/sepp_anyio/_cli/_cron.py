@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from .._cron import Cron, run_cron
-from .._model._types import RetryPolicy
+from .._model._retries import RetryPolicy
 from ._common import (
     EXIT_USAGE,
     CliError,
