@@ -70,6 +70,9 @@ from ._model._types import RetryPolicy as RetryPolicy
 from ._model._types import ServerInfo as ServerInfo
 from ._model._types import TraceContext as TraceContext
 from ._model._types import TraceContextError as TraceContextError
+from ._outcome import Outcome as Outcome
+from ._task import Task as Task
+from ._task import TaskPayloadError as TaskPayloadError
 from ._version import __version__ as __version__
 from ._worker import Handler as Handler
 from ._worker import ShutdownHandle as ShutdownHandle
@@ -114,6 +117,7 @@ __all__ = [
     "LeaseError",
     "MalformedResponseError",
     "MalformedServerInfoError",
+    "Outcome",
     "OverloadedError",
     "Payload",
     "PayloadCodec",
@@ -130,6 +134,8 @@ __all__ = [
     "ServerInternalError",
     "ShutdownHandle",
     "StatusCode",
+    "Task",
+    "TaskPayloadError",
     "TraceContext",
     "TraceContextError",
     "TransportError",

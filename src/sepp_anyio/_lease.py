@@ -65,6 +65,8 @@ class JobRun:
     started: float = 0.0
     #: Set when the handler is done and the ack or nack is on its way.
     settling: bool = False
+    #: The handler's (or a middleware's) exception, for ``on_outcome``.
+    error: BaseException | None = None
 
     def lose_lease(self, reason: str) -> None:
         if not self.lease_lost:

@@ -71,19 +71,29 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from . import _otel
+from . import _lifespan, _otel
 from ._client import Client
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
+from ._middleware import Middleware, call_through, check_middleware
+from ._model._error_root import InvalidArgumentError
 from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
@@ -93,6 +103,17 @@ from ._model._errors import (
     UnknownQueuesError,
 )
 from ._model._types import Job, JobCtx, Payload, RetryDirective
+from ._outcome import OutcomeHook, check_outcome_hook, outcome_of, report_outcome
+from ._task import Task
+from ._task_call import typed_call
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as DefaultTypeVar
+
+    #: The type of the lifespan's value (``worker.state``); ``Any`` when not given.
+    StateT = DefaultTypeVar("StateT", default=Any)
+else:
+    StateT = TypeVar("StateT")
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 
@@ -104,6 +125,7 @@ _SyncHandler: TypeAlias = Callable[[Payload | None, JobCtx], None]
 #: ``def handler(payload, ctx) -> None``, which runs in a worker thread.
 Handler: TypeAlias = _AsyncHandler | _SyncHandler
 H = TypeVar("H", bound=Handler)
+T = TypeVar("T")
 
 #: What a handler is called with, for the errors of a registration that cannot work.
 _EXPECTED_SIGNATURE = "handler(payload: Payload | None, ctx: JobCtx) -> None"
@@ -245,9 +267,7 @@ def _handler_asked(exc: HandlerError, ctx: JobCtx) -> str:
     return f"handler asked to retry the job ({why}); {_then_retry(ctx, _QUEUE_POLICY)}"
 
 
-def _boxed(
-    fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
-) -> tuple[object]:
+def _boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tuple[object]:
     """Call a sync handler (in its thread), its result in a tuple: trio refuses to hand a
     coroutine back from a thread, and one returned here is to be awaited on the loop."""
     return (fn(payload, ctx),)
@@ -318,8 +338,11 @@ def _check_seconds(value: object, name: str, *, allow_zero: bool = False) -> flo
     return float(value)
 
 
-class Worker:
+class Worker(Generic[StateT]):
     """Processes jobs from ``queues`` with registered handlers.
+
+    Generic in the type of its lifespan's value (:attr:`state`, ``ctx.state``); a bare
+    ``Worker`` means ``Worker[Any]``.
 
     Args:
         client: a connected :class:`~sepp_anyio.Client` (it must outlive the worker).
@@ -345,6 +368,15 @@ class Worker:
         sync_threads: worker threads for plain (non-async) handlers, shared by all of
             them; default ``max_in_flight``. A sync job waiting for a thread holds its
             ``max_in_flight`` slot, and its lease is still extended.
+        lifespan: ``lifespan(worker)`` returns an async context manager (or is an async
+            generator function yielding once): entered before the first reserve, left
+            after the drain; what it yields is :attr:`state` and ``ctx.state`` (see
+            ``_lifespan``).
+        middleware: callables ``m(ctx)`` returning async context managers, entered in
+            order around every handler call, inside its timeout (see ``_middleware``).
+        on_outcome: ``on_outcome(ctx, outcome, error)``, sync or async, called once per
+            delivery with its :class:`~sepp_anyio.Outcome` after the settle; its own
+            failure is logged and changes nothing.
 
     Raises:
         ValueError: a bad argument, naming it (empty queues or queue name,
@@ -368,6 +400,12 @@ class Worker:
         max_lease_time: float | None = None,
         drain_timeout: float | None = None,
         sync_threads: int | None = None,
+        lifespan: Callable[
+            [Worker[StateT]], AbstractAsyncContextManager[StateT] | AsyncIterator[StateT]
+        ]
+        | None = None,
+        middleware: Sequence[Middleware] = (),
+        on_outcome: OutcomeHook | None = None,
     ) -> None:
         if isinstance(queues, str):
             raise TypeError("queues must be a sequence of queue names, not a single str")
@@ -428,6 +466,13 @@ class Worker:
         self._calls: dict[str, _AsyncHandler] = {}
         self._catch_all: Handler | None = None
         self._catch_all_call: _AsyncHandler | None = None
+        # Per job type, a typed task's own timeout (it wins over job_timeout).
+        self._timeouts: dict[str, float] = {}
+        self._lifespan = _lifespan.check_lifespan(lifespan)
+        self._middleware = check_middleware(middleware)
+        self._on_outcome = check_outcome_hook(on_outcome)
+        self._state: Any = None
+        self._has_state = lifespan is None
         # Whether a reserve of the current run() has succeeded (see _reserve), and how many
         # refused reserves in a row since (the exponent of their backoff).
         self._reserved_once = False
@@ -499,6 +544,7 @@ class Worker:
             raise DuplicateHandlerError(job_type)
         self._handlers[job_type] = fn
         self._calls[job_type] = call
+        self._timeouts.pop(job_type, None)
         return self
 
     def replace_handler(self, job_type: str, fn: Handler) -> Worker:
@@ -507,13 +553,65 @@ class Worker:
         call = self._checked(job_type, fn)
         self._handlers[job_type] = fn
         self._calls[job_type] = call
+        self._timeouts.pop(job_type, None)
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
         """Unregister ``job_type``'s handler (no error if it has none)."""
         self._handlers.pop(job_type, None)
         self._calls.pop(job_type, None)
+        self._timeouts.pop(job_type, None)
         return self
+
+    def task(
+        self, task: Task[T]
+    ) -> Callable[
+        [Callable[[T, JobCtx[StateT]], Awaitable[None] | None]],
+        Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+    ]:
+        """Decorator: handle ``task``'s job type with the decorated function, which is
+        called as ``fn(value, ctx)`` with the payload decoded and validated as ``task``'s
+        type.
+
+        ``async def`` functions run on the event loop; plain ``def`` ones run in a worker
+        thread, as sync handlers do (the payload is validated in that thread too). A
+        payload that is not JSON or does not validate is dead-lettered on that attempt,
+        with a reason naming the field (no retry can help it), and counted in
+        ``statistics().nacked_dead_letter``. The task's ``timeout`` wins over the worker's
+        ``job_timeout``.
+
+        Raises:
+            DuplicateHandlerError: the job type already has a handler.
+            InvalidArgumentError: this worker does not reserve from ``task.queue``.
+            TypeError: the function cannot be called as ``fn(value, ctx)``, or its first
+                parameter is annotated with a class the task's values are not.
+        """
+        if not isinstance(task, Task):
+            raise TypeError(f"Worker.task() takes a sepp.Task, got a {type(task).__name__}")
+        if task.queue not in self.queues:
+            raise InvalidArgumentError(
+                f"task {task!r} is enqueued to queue {task.queue!r}, which this worker does "
+                f"not reserve from (queues: {list(self.queues)})"
+            )
+
+        def register(
+            fn: Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+        ) -> Callable[[T, JobCtx[StateT]], Awaitable[None] | None]:
+            task.check_handler(fn)
+            job_type = task.job_type
+            if job_type in self._handlers:
+                raise DuplicateHandlerError(job_type)
+            what = f"task {task!r}"
+            call = typed_call(task, fn, check_handler(what, fn), self._run_in_thread)
+            self._handlers[job_type] = fn  # type: ignore[assignment]
+            self._calls[job_type] = call
+            if task.timeout is not None:
+                self._timeouts[job_type] = task.timeout
+            else:
+                self._timeouts.pop(job_type, None)
+            return fn
+
+        return register
 
     def catch_all(self, fn: H) -> H:
         """Handle every job type without a handler of its own (replaces any
@@ -539,7 +637,7 @@ class Worker:
         return functools.partial(self._run_in_thread, fn)
 
     async def _run_in_thread(
-        self, fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
+        self, fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx
     ) -> None:
         """Run a plain handler in a worker thread of the sync limiter.
 
@@ -682,8 +780,15 @@ class Worker:
             self._max_in_flight,
             self._lease,
         )
+        if self._lifespan is not None:
+            self._state, self._has_state = None, False
         try:
-            async with anyio.create_task_group() as tg:
+            # The lifespan encloses the task group: set up before the first reserve (and
+            # before started()), torn down once every job task has ended.
+            async with (
+                _lifespan.enter(self._lifespan, self, self._keep_state),
+                anyio.create_task_group() as tg,
+            ):
                 self._tg = tg
                 task_status.started()
                 await self._reserve_loop(tg, limiter)
@@ -702,7 +807,26 @@ class Worker:
             self._reserve_scope = None
             logger.info("worker %s stopped", self.worker_id)
 
-    async def __aenter__(self) -> Worker:
+    def _keep_state(self, state: Any) -> None:
+        self._state, self._has_state = state, True
+
+    @property
+    def state(self) -> StateT:
+        """What the lifespan yielded (None without a lifespan); readable from setup on,
+        and after :meth:`run` returns, until the next run.
+
+        Raises:
+            RuntimeError: the worker has a lifespan that has not been entered yet.
+        """
+        if not self._has_state:
+            raise RuntimeError(
+                "worker.state is set by its lifespan, which has not been entered yet "
+                "(it is entered when run() starts)"
+            )
+        state: StateT = self._state
+        return state
+
+    async def __aenter__(self) -> Worker[StateT]:
         """Run the worker in the background until the block ends, then drain."""
         tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -972,12 +1096,22 @@ class Worker:
                         anyio.current_time() - started,
                         {"job_type": ctx.job_type, "outcome": outcome},
                     )
+            if self._on_outcome is not None:
+                # Not reached when run() is cancelled from outside (nothing was settled).
+                await report_outcome(
+                    self._on_outcome,
+                    ctx,
+                    outcome_of(outcome, run),
+                    run.error,
+                    _JobLog(logger, {"ctx": ctx}),
+                )
 
     async def _handle(self, job: Job, run: JobRun, span: Any) -> str:
         """Run the handler and settle the job; return the outcome's name."""
         ctx = job.ctx
         log = _JobLog(logger, {"ctx": ctx})
         run.started = anyio.current_time()
+        ctx._state = self._state
         handler = self._calls.get(ctx.job_type) or self._catch_all_call
         if handler is None:
             delay = _failure_backoff(ctx.attempt)
@@ -1035,7 +1169,7 @@ class Worker:
             directive, reason = RetryDirective.default(), "timed out"
             log.warning(
                 "handler timed out after %gs; %s",
-                self._job_timeout,
+                self._timeouts.get(ctx.job_type, self._job_timeout),
                 _then_retry(ctx, _QUEUE_POLICY),
             )
             _otel.mark_error(span, reason)
@@ -1058,23 +1192,34 @@ class Worker:
         directive and reason. Sets ``run.timed_out`` when ``job_timeout`` cut it short, and
         ``run.handler_done`` once it is over. Cancellation and non-``Exception`` errors
         propagate."""
+        # A typed task's own timeout wins over job_timeout; it covers the middleware too.
+        limit = self._timeouts.get(job.ctx.job_type, self._job_timeout)
+        middleware = self._middleware
         try:
-            if self._job_timeout is None:
-                await handler(job.payload, job.ctx)
+            if limit is None:
+                if middleware:
+                    await call_through(middleware, handler, job.payload, job.ctx)
+                else:
+                    await handler(job.payload, job.ctx)
             else:
-                with anyio.move_on_after(self._job_timeout) as timeout:
+                with anyio.move_on_after(limit) as timeout:
                     try:
-                        await handler(job.payload, job.ctx)
+                        if middleware:
+                            await call_through(middleware, handler, job.payload, job.ctx)
+                        else:
+                            await handler(job.payload, job.ctx)
                     finally:
                         # Read as the handler ends, inside the scope: set if the timeout
                         # fired, whether the handler let the cancellation out or not.
                         run.timed_out = timeout.cancel_called
         except HandlerError as exc:
+            run.error = exc
             if not self._overridden(run, log, exc):
                 log.info("%s", _handler_asked(exc, job.ctx))
                 _otel.mark_error(span, str(exc), exc)
             return exc.directive, exc.reason
         except Exception as exc:
+            run.error = exc
             delay = _failure_backoff(job.ctx.attempt)
             if not self._overridden(run, log, exc):
                 log.exception(
