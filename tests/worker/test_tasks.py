@@ -198,4 +198,4 @@ async def test_task_registration_errors() -> None:
         worker.task(task)(right)
         with pytest.raises(sepp.DuplicateHandlerError):
             worker.task(task)(right)
-        assert worker.handlers == {"welcome": right}
+        assert dict(worker.handlers) == {"welcome": right}  # type: ignore[comparison-overlap]
