@@ -17,11 +17,12 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Any, TypeAlias
 
 from ._model._error_root import InvalidArgumentTypeError
 
-__all__ = ["Lifespan", "check_lifespan", "enter"]
+__all__ = ["Lifespan", "Remainder", "chained", "check_lifespan", "enter"]
 
 #: ``lifespan(worker)``: an async context manager (or async generator) yielding the state.
 Lifespan: TypeAlias = Callable[[Any], Any]
@@ -74,3 +75,50 @@ async def enter(
     async with _manager(lifespan, worker) as state:
         keep(state)
         yield
+
+
+class Remainder:
+    """The exit of an async context manager that was entered elsewhere, left at most once.
+
+    The CLI enters an async-generator factory up to its ``yield`` (which builds the
+    worker) and makes the rest of it the outermost part of the worker's lifespan with
+    :func:`chained`, so its teardown runs inside ``run()``, after the drain, like any
+    lifespan's. Leaving it again is a no-op, so the CLI can also leave it for a worker
+    whose ``run()`` never got that far.
+    """
+
+    __slots__ = ("_left", "_manager")
+
+    def __init__(self, manager: AbstractAsyncContextManager[Any]) -> None:
+        self._manager = manager
+        self._left = False
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self._left:
+            return None
+        self._left = True
+        return await self._manager.__aexit__(exc_type, exc, tb)
+
+
+def chained(outer: AbstractAsyncContextManager[Any], inner: Lifespan | None) -> Lifespan:
+    """A lifespan that enters ``outer`` and then ``inner`` (if any), yielding ``inner``'s
+    value (None without one), and leaves them in reverse order."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(worker: object) -> AsyncIterator[Any]:
+        async with outer:
+            if inner is None:
+                yield None
+            else:
+                async with _manager(inner, worker) as state:
+                    yield state
+
+    return lifespan

@@ -834,7 +834,15 @@ class Worker(Generic[StateT]):
         try:
             await tg.start(self.run)
         except BaseException as exc:
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            try:
+                await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseExceptionGroup as group:
+                # run() failed before it started (its lifespan's setup): that error, as
+                # itself, not in the group that carried it.
+                error = _lone_error(group)
+                if error is None:
+                    raise
+                raise error from None
             raise
         return self
 

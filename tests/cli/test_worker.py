@@ -165,7 +165,11 @@ def test_async_generator_factory_sets_up_and_tears_down(
         assert worker.wait() == 0, worker.output
     output = worker.output
     assert output.index("factory: setup") < output.index("ready: worker")
-    assert output.index("worker drained and stopped: 1 acked") < output.index("factory: teardown")
+    # The code after the yield is the worker's lifespan teardown: it runs inside run(),
+    # after the drain (the job is finished), before run() returns and the summary is logged.
+    teardown = output.index("factory: teardown")
+    assert output.index(f"finished {job_id}") < teardown
+    assert teardown < output.index("worker drained and stopped: 1 acked")
 
 
 @pytest.mark.parametrize("target", ["user_jobs:sync_factory", "user_jobs:Registry"])

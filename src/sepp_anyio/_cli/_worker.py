@@ -46,6 +46,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .. import _lifespan
 from .._client import Client
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._types import RetryPolicy
@@ -350,10 +351,17 @@ async def _built_worker(
     factory = target.factory
     assert factory is not None
     if inspect.isasyncgenfunction(factory):
-        async with contextlib.AsyncExitStack() as stack:
-            with _registration_errors(target):
-                made = await stack.enter_async_context(asynccontextmanager(factory)(client))
-            yield _check_made(target, made)
+        # The code before the yield builds the worker; the code after it becomes the
+        # outermost part of the worker's lifespan, so it runs inside run(), after the
+        # drain. Leaving the remainder here covers a worker that never ran.
+        manager = asynccontextmanager(factory)(client)
+        with _registration_errors(target):
+            made = await manager.__aenter__()
+        remainder = _lifespan.Remainder(manager)
+        async with remainder:
+            worker = _check_made(target, made)
+            worker._lifespan = _lifespan.chained(remainder, worker._lifespan)
+            yield worker
         return
     with _registration_errors(target):
         made = factory(client)
