@@ -81,8 +81,9 @@ async def test_a_setup_failure_is_raised_by_run_without_reserving() -> None:
 
         @asynccontextmanager
         async def lifespan(worker: Worker) -> AsyncIterator[None]:
+            if not worker.queues:  # never: keeps the yield below reachable for mypy
+                yield
             raise SetupFailed("no database")
-            yield  # pragma: no cover
 
         worker = Worker(client, [QUEUE], lifespan=lifespan)
         with pytest.raises(SetupFailed, match="no database"):
@@ -101,8 +102,9 @@ async def test_a_setup_failure_comes_out_of_async_with_worker_as_itself() -> Non
 
         @asynccontextmanager
         async def lifespan(worker: Worker) -> AsyncIterator[None]:
+            if not worker.queues:  # never: keeps the yield below reachable for mypy
+                yield
             raise SetupFailed("no database")
-            yield  # pragma: no cover
 
         worker = Worker(client, [QUEUE], lifespan=lifespan)
         body = False
