@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from ._client import Client as Client
 from ._client import connect as connect
+from ._lane import Lane as Lane
+from ._lane import LaneStatistics as LaneStatistics
+from ._lane import RateLimit as RateLimit
 from ._logcontext import current_job as current_job
 from ._model._codecs import PayloadCodec as PayloadCodec
 from ._model._codecs import decode_payload as decode_payload
@@ -114,6 +117,8 @@ __all__ = [
     "JobTypeNameTooLong",
     "JobTypeNotAllowed",
     "JobValidationError",
+    "Lane",
+    "LaneStatistics",
     "LeaseError",
     "MalformedResponseError",
     "MalformedServerInfoError",
@@ -125,6 +130,7 @@ __all__ = [
     "QueueClosing",
     "QueueFull",
     "QueueNameTooLong",
+    "RateLimit",
     "ReserveError",
     "RetryDirective",
     "RetryPolicy",

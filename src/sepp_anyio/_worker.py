@@ -90,6 +90,7 @@ import anyio.to_thread
 
 from . import _lifespan, _otel
 from ._client import Client
+from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
 from ._middleware import Middleware, call_through, check_middleware
@@ -308,6 +309,8 @@ class WorkerStatistics:
     reserve_errors: int
     #: The most jobs that were ever in flight at once.
     max_in_flight_seen: int
+    #: The same counters per lane, in the worker's order of lanes.
+    lanes: tuple[LaneStatistics, ...] = ()
 
 
 class ShutdownHandle:
@@ -387,10 +390,10 @@ class Worker(Generic[StateT]):
     def __init__(
         self,
         client: Client,
-        queues: Sequence[str],
+        queues: Sequence[str] | Sequence[Lane],
         *,
         lease: float = 30.0,
-        max_in_flight: int = 16,
+        max_in_flight: int | None = None,
         max_jobs: int | None = None,
         wait: float = 30.0,
         auto_extend: bool | float = False,
@@ -409,28 +412,21 @@ class Worker(Generic[StateT]):
     ) -> None:
         if isinstance(queues, str):
             raise TypeError("queues must be a sequence of queue names, not a single str")
-        self._queues = list(queues)
-        if not self._queues:
-            raise ValueError("queues must name at least one queue")
-        for index, name in enumerate(self._queues):
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"queues[{index}] must be a non-empty str, got {name!r}")
+        # One lane of the names (with max_in_flight and max_jobs), or the Lanes given.
+        self._lanes = tuple(LaneRun(lane) for lane in lanes_of(queues, max_in_flight, max_jobs))
+        self._queues = [queue for run in self._lanes for queue in run.lane.queues]
         self._lease = _check_seconds(lease, "lease")
         self._wait = _check_seconds(wait, "wait")
-        for name, count in (
-            ("max_in_flight", max_in_flight),
-            ("max_jobs", max_jobs),
-            ("sync_threads", sync_threads),
-        ):
+        for name, count in (("sync_threads", sync_threads),):
             if count is None:
                 continue
             if isinstance(count, bool) or not isinstance(count, int):
                 raise TypeError(f"{name} must be an int, got {type(count).__name__}")
             if count < 1:
                 raise ValueError(f"{name} must be >= 1, got {count}")
-        self._max_in_flight = max_in_flight
-        self._max_jobs = max_jobs
-        self._sync_threads = max_in_flight if sync_threads is None else sync_threads
+        # Default: as many threads as jobs may be in flight, over all lanes.
+        self._max_in_flight = sum(run.lane.max_in_flight for run in self._lanes)
+        self._sync_threads = self._max_in_flight if sync_threads is None else sync_threads
         # The threads' limiter, made by run() (a limiter belongs to one event loop).
         self._sync_limiter: anyio.CapacityLimiter | None = None
         self._interval: float | None
@@ -481,29 +477,16 @@ class Worker(Generic[StateT]):
         self._shutdown_requested = False
         self._running = False
         self._stop: anyio.Event | None = None
-        self._reserve_scope: anyio.CancelScope | None = None
-        # Set once the current reserve has unwound (see _wait_for_cancelled_reserve).
-        self._reserve_unwound: anyio.Event | None = None
         self._runs: set[JobRun] = set()
-        # The reserve loop's wait for settling jobs' tokens (see _gather_settling_tokens):
-        # how many it gathers, recent handler and settle durations (moving averages, in
-        # seconds) and the event a returning token sets.
-        self._batch = min(self._max_jobs or max_in_flight, max(1, max_in_flight // 2))
-        self._handler_time = 0.0
-        self._settle_time = 0.0
-        self._settling = 0  # jobs in flight whose ack or nack is on its way
-        self._token_back: anyio.Event | None = None
+        # run(until_idle=True): whether it is on, and the count of jobs finished (the
+        # lanes' idle marks compare with it) with an event it replaces at each finish.
+        self._until_idle = False
+        self._finished = 0
+        self._job_done: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._cm_tg: anyio.abc.TaskGroup | None = None
-        # Counters behind statistics().
-        self._processed = 0
-        self._nacked_retry = 0
-        self._nacked_dead = 0
-        self._lease_lost = 0
-        self._settle_errors = 0
-        self._reserves = 0
-        self._reserve_errors = 0
+        # The most jobs in flight at once over all lanes (the other counters are per lane).
         self._max_seen = 0
 
     def __repr__(self) -> str:
@@ -671,8 +654,9 @@ class Worker(Generic[StateT]):
         self._shutdown_requested = True
         if self._stop is not None:
             self._stop.set()
-        if self._reserve_scope is not None:
-            self._reserve_scope.cancel()
+        for lane in self._lanes:
+            if lane.reserve_scope is not None:
+                lane.reserve_scope.cancel()
 
     def cancel_in_flight(self, *, reason: str | None = None) -> None:
         """Shut down, and cancel the handlers still running right now.
@@ -716,25 +700,47 @@ class Worker(Generic[StateT]):
         return ShutdownHandle(self)
 
     def statistics(self) -> WorkerStatistics:
-        """The worker's counters at this moment."""
+        """The worker's counters at this moment: totals, and ``lanes``, one
+        :class:`~sepp_anyio.LaneStatistics` per lane in the order given (one lane of
+        ``queues`` when no ``Lane`` was given)."""
+        lanes = tuple(run.statistics() for run in self._lanes)
         return WorkerStatistics(
             in_flight=len(self._runs),
-            processed=self._processed,
-            nacked_retry=self._nacked_retry,
-            nacked_dead_letter=self._nacked_dead,
-            lease_lost=self._lease_lost,
-            settle_errors=self._settle_errors,
-            reserves=self._reserves,
-            reserve_errors=self._reserve_errors,
+            processed=sum(lane.processed for lane in lanes),
+            nacked_retry=sum(lane.nacked_retry for lane in lanes),
+            nacked_dead_letter=sum(lane.nacked_dead_letter for lane in lanes),
+            lease_lost=sum(lane.lease_lost for lane in lanes),
+            settle_errors=sum(lane.settle_errors for lane in lanes),
+            reserves=sum(lane.reserves for lane in lanes),
+            reserve_errors=sum(lane.reserve_errors for lane in lanes),
             max_in_flight_seen=self._max_seen,
+            lanes=lanes,
         )
+
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        """The worker's lanes (one of ``queues`` when no ``Lane`` was given)."""
+        return tuple(run.lane for run in self._lanes)
+
+    @property
+    def _reserve_scope(self) -> anyio.CancelScope | None:
+        """A reserve in progress, if any lane has one (for tests that wait for it)."""
+        return next((r.reserve_scope for r in self._lanes if r.reserve_scope), None)
 
     # ------------------------------------------------------------ running
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        *,
+        until_idle: bool = False,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Process jobs until :meth:`shutdown`, then drain and return.
+
+        With ``until_idle=True`` ("burst" mode) it also shuts itself down once every
+        lane's reserve has come back empty with nothing in flight (after the last job
+        finished): what is ready has been done. Its reserves then poll without a long
+        wait. A job nacked with a backoff, or scheduled for later, is not waited for.
 
         Calls ``task_status.started()`` once it is about to make its first reserve,
         before the server has answered it, so ``await task_group.start(worker.run)``
@@ -768,7 +774,10 @@ class Worker(Generic[StateT]):
         self._stop = anyio.Event()
         if self._shutdown_requested:
             self._stop.set()
-        limiter = anyio.CapacityLimiter(self._max_in_flight)
+        for lane in self._lanes:
+            lane.start()
+        self._until_idle = bool(until_idle)
+        self._job_done = anyio.Event() if until_idle else None
         self._sync_limiter = anyio.CapacityLimiter(self._sync_threads)
         self._reserved_once = False
         self._refusals = 0
@@ -791,7 +800,7 @@ class Worker(Generic[StateT]):
             ):
                 self._tg = tg
                 task_status.started()
-                await self._reserve_loop(tg, limiter)
+                await self._reserve_loops(tg)
                 await self._drain()
         except BaseExceptionGroup as group:
             # The task groups are an implementation detail: one error (a handler's
@@ -804,7 +813,9 @@ class Worker(Generic[StateT]):
             self._tg = None
             self._running = False
             self._stop = None
-            self._reserve_scope = None
+            self._job_done = None
+            for lane in self._lanes:
+                lane.reserve_scope = None
             logger.info("worker %s stopped", self.worker_id)
 
     def _keep_state(self, state: Any) -> None:
@@ -867,32 +878,60 @@ class Worker(Generic[StateT]):
                 raise
             raise error from None
 
-    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
+    async def _reserve_loops(self, tg: anyio.abc.TaskGroup) -> None:
+        """Every lane's reserve loop; returns when all of them have stopped."""
+        if len(self._lanes) == 1:
+            await self._reserve_loop(tg, self._lanes[0])
+            return
+        # One task per lane, so that one lane waiting for capacity, for its rate limit or
+        # for a long poll never holds another's reserves.
+        async with anyio.create_task_group() as loops:
+            for index, lane in enumerate(self._lanes):
+                loops.start_soon(self._reserve_loop, tg, lane, name=f"sepp lane {index}")
+
+    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, lane: LaneRun) -> None:
         stop = self._stop
-        assert stop is not None
+        limiter = lane.limiter
+        assert stop is not None and limiter is not None
         while not stop.is_set():
             first = object()
             holding = False
             jobs: list[Job] | None = None
-            unwound = self._reserve_unwound = anyio.Event()
+            # What the reserve may ask for: free capacity, max_jobs, the rate's tokens.
+            allowed = 0
+            unwound = lane.reserve_unwound = anyio.Event()
+            # Nothing in flight anywhere when it starts: an empty answer means idle.
+            quiet = not self._runs
             with anyio.CancelScope() as scope:
-                self._reserve_scope = scope
+                lane.reserve_scope = scope
                 if stop.is_set():
                     scope.cancel()
                 # The token is taken *before* reserving, so the worker never
                 # leases a job it has no room to start.
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
-                await self._gather_settling_tokens(limiter)
-                jobs = await self._reserve(limiter)
-            self._reserve_scope = None
+                await self._gather_settling_tokens(lane)
+                free = 1 + int(limiter.available_tokens)
+                allowed = free if lane.lane.max_jobs is None else min(lane.lane.max_jobs, free)
+                if lane.bucket is not None:
+                    # Before reserving, like the capacity: a job is leased only when it
+                    # may start at once.
+                    allowed = await lane.bucket.take(allowed)
+                    quiet = not self._runs
+                jobs = await self._reserve(lane, allowed)
+            lane.reserve_scope = None
             unwound.set()
+            if lane.bucket is not None and allowed:
+                lane.bucket.give_back(allowed - len(jobs or ()))
             if not jobs:
                 # Failed (already backed off), empty, or interrupted by
                 # shutdown; a reserve that *returned* jobs is never dropped.
                 if holding:
                     limiter.release_on_behalf_of(first)
+                if self._until_idle and jobs is not None:
+                    await self._idle_or_next(lane, quiet)
                 continue
+            lane.idle_at = None
             for index, job in enumerate(jobs):
                 token: object = first if index == 0 else object()
                 if index:
@@ -904,9 +943,37 @@ class Worker(Generic[StateT]):
                     except anyio.WouldBlock:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
-                self._start_job(tg, limiter, token, job)
+                self._start_job(tg, lane, token, job)
 
-    async def _gather_settling_tokens(self, limiter: anyio.CapacityLimiter) -> None:
+    async def _idle_or_next(self, lane: LaneRun, quiet: bool) -> None:
+        """run(until_idle=True), after an empty reserve: stop the worker if every lane is
+        idle, else wait for the next job to finish anywhere (it may have enqueued more,
+        or made room) before this lane reserves again.
+
+        A lane is idle when a reserve that started with nothing in flight in the whole
+        worker came back empty; the mark holds until a job finishes (its count changes).
+        A job nacked with a backoff is not ready, so it is not waited for.
+        """
+        if quiet:
+            lane.idle_at = self._finished
+        if not self._runs and all(run.idle_at == self._finished for run in self._lanes):
+            logger.info("worker %s: every lane is idle; stopping (until_idle)", self.worker_id)
+            self.shutdown()
+            return
+        job_done = self._job_done
+        assert job_done is not None
+        stop = self._stop
+        assert stop is not None
+        async with anyio.create_task_group() as either:
+
+            async def wake_on(event: anyio.Event) -> None:
+                await event.wait()
+                either.cancel_scope.cancel()
+
+            either.start_soon(wake_on, job_done)
+            either.start_soon(wake_on, stop)
+
+    async def _gather_settling_tokens(self, lane: LaneRun) -> None:
         """Before a reserve, when every job in flight is being settled and handlers have
         lately been quicker than their acks, wait for those jobs' tokens until half the
         capacity (or ``max_jobs``) is free.
@@ -921,51 +988,56 @@ class Worker(Generic[StateT]):
         right away keeps the handlers busy instead, so there is no wait. Cancelled with
         the reserve (shutdown).
         """
+        limiter = lane.limiter
+        assert limiter is not None
         if (
-            self._settle_time <= self._handler_time
-            or 1 + int(limiter.available_tokens) >= self._batch
-            or not self._runs
-            or self._settling < len(self._runs)
+            lane.settle_time <= lane.handler_time
+            or 1 + int(limiter.available_tokens) >= lane.batch
+            or not lane.runs
+            or lane.settling < len(lane.runs)
         ):
             return
-        # No job starts while this loop waits, so the jobs in flight are the ones waited for.
+        # No job of the lane starts while this loop waits, so the lane's jobs in flight
+        # are the ones waited for.
         try:
-            while self._runs and 1 + int(limiter.available_tokens) < self._batch:
-                token_back = self._token_back = anyio.Event()
+            while lane.runs and 1 + int(limiter.available_tokens) < lane.batch:
+                token_back = lane.token_back = anyio.Event()
                 await token_back.wait()
         finally:
-            self._token_back = None
+            lane.token_back = None
 
-    def _token_returned(self, limiter: anyio.CapacityLimiter) -> None:
+    @staticmethod
+    def _token_returned(lane: LaneRun) -> None:
         """A job's token is back: wake a reserve waiting on settling jobs once it has
         what it waits for."""
-        token_back = self._token_back
+        token_back = lane.token_back
+        limiter = lane.limiter
         if token_back is not None and (
-            not self._runs or 1 + int(limiter.available_tokens) >= self._batch
+            not lane.runs
+            or (limiter is not None and 1 + int(limiter.available_tokens) >= lane.batch)
         ):
             token_back.set()
 
-    async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
+    async def _reserve(self, lane: LaneRun, count: int) -> list[Job] | None:
         """One reserve; None after a failure (logged, backed off).
 
         Raises:
             UnauthenticatedError, UnknownQueuesError: refused before any reserve of this
                 run succeeded (a misconfigured worker; see the module docs).
         """
-        free = 1 + int(limiter.available_tokens)
-        count = free if self._max_jobs is None else min(self._max_jobs, free)
-        self._reserves += 1
+        lane.reserves += 1
         started = anyio.current_time()
         try:
             jobs = await self._client.reserve(
-                self._queues,
+                lane.lane.queues,
                 lease=self._lease,
-                wait=self._wait,
+                # until_idle: a short poll (an empty answer is what it waits for).
+                wait=0.0 if self._until_idle else self._wait,
                 max_jobs=count,
                 worker_id=self.worker_id,
             )
         except SeppError as exc:
-            self._reserve_errors += 1
+            lane.reserve_errors += 1
             metrics = _otel.metrics()
             if metrics.enabled:
                 metrics.reserves_failed.add(1)
@@ -994,11 +1066,16 @@ class Worker(Generic[StateT]):
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
-        if not jobs and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2):
+        if (
+            not jobs
+            and not self._until_idle
+            and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2)
+        ):
             await self._pause(_EARLY_EMPTY_PAUSE)
         return jobs
 
-    async def _wait_for_cancelled_reserve(self) -> None:
+    @staticmethod
+    async def _wait_for_cancelled_reserve(lane: LaneRun) -> None:
         """If shutdown has cancelled a reserve that is still unwinding, wait until it has.
 
         A reserve cancelled here stays parked on the server until its stream reset
@@ -1007,9 +1084,10 @@ class Worker(Generic[StateT]):
         which nobody reads: the job would sit out a whole lease (or be dead-lettered as
         LEASE_EXPIRED on its last attempt) instead of going to the next worker at once.
         The reserve's cleanup sends the reset before it unwinds, so waiting for that
-        puts the reset on the connection ahead of the nack.
+        puts the reset on the connection ahead of the nack. (Only the job's own lane
+        matters: the other lanes' reserves are for other queues.)
         """
-        scope, unwound = self._reserve_scope, self._reserve_unwound
+        scope, unwound = lane.reserve_scope, lane.reserve_unwound
         if scope is not None and scope.cancel_called and unwound is not None:
             await unwound.wait()
 
@@ -1046,29 +1124,33 @@ class Worker(Generic[StateT]):
 
     # ------------------------------------------------------------ one job
 
-    def _start_job(
-        self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
-    ) -> None:
-        run = JobRun(job.ctx)
+    def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
+        run = JobRun(job.ctx, lane=lane)
         if self._heartbeats:
             run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
+        lane.runs.add(run)
         self._max_seen = max(self._max_seen, len(self._runs))
-        tg.start_soon(self._job_task, limiter, token, job, run, name=f"sepp job {job.ctx.id}")
+        lane.max_seen = max(lane.max_seen, len(lane.runs))
+        tg.start_soon(self._job_task, lane, token, job, run, name=f"sepp job {job.ctx.id}")
 
-    async def _job_task(
-        self, limiter: anyio.CapacityLimiter, token: object, job: Job, run: JobRun
-    ) -> None:
+    async def _job_task(self, lane: LaneRun, token: object, job: Job, run: JobRun) -> None:
         try:
             await self._process(job, run)
         finally:
             self._runs.discard(run)
+            lane.runs.discard(run)
             if run.settling:
-                self._settling -= 1
-            limiter.release_on_behalf_of(token)
-            self._token_returned(limiter)
+                lane.settling -= 1
+            assert lane.limiter is not None
+            lane.limiter.release_on_behalf_of(token)
+            self._token_returned(lane)
             if not self._runs and self._idle is not None:
                 self._idle.set()
+            if self._job_done is not None:
+                self._finished += 1
+                self._job_done.set()
+                self._job_done = anyio.Event()
 
     async def _process(self, job: Job, run: JobRun) -> None:
         """Handle one job inside its CONSUMER span, with its log context and metrics."""
@@ -1117,6 +1199,7 @@ class Worker(Generic[StateT]):
     async def _handle(self, job: Job, run: JobRun, span: Any) -> str:
         """Run the handler and settle the job; return the outcome's name."""
         ctx = job.ctx
+        lane: LaneRun = run.lane
         log = _JobLog(logger, {"ctx": ctx})
         run.started = anyio.current_time()
         ctx._state = self._state
@@ -1165,7 +1248,7 @@ class Worker(Generic[StateT]):
         # cancellation stands for.
         if run.lease_lost:
             # The job may already belong to another worker: it is not settled here.
-            self._lease_lost += 1
+            lane.lease_lost += 1
             log.error("lease lost (%s); the job is not settled here", run.lost_reason)
             _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
             _otel.mark_error(span, f"lease lost: {run.lost_reason}")
@@ -1266,36 +1349,37 @@ class Worker(Generic[StateT]):
         ``"settle_failed"`` (logged; the job will be redelivered).
         """
         ctx = run.ctx
+        lane: LaneRun = run.lane
         metrics = _otel.metrics()
         labels = {"job_type": ctx.job_type}
         run.settling = True
-        self._settling += 1
+        lane.settling += 1
         started = anyio.current_time()
-        self._handler_time += (started - run.started - self._handler_time) * _SMOOTHING
+        lane.handler_time += (started - run.started - lane.handler_time) * _SMOOTHING
         # One scope: shielded from outer cancellation, but cancelled by its own deadline.
         with anyio.CancelScope(shield=True, deadline=started + _SETTLE_TIMEOUT) as bound:
             try:
                 if directive is None:
                     await self._client.ack(ctx)
-                    self._processed += 1
+                    lane.processed += 1
                     if metrics.enabled:
                         metrics.processed.add(1, labels)
                     log.debug("acked")
                     return "ack"
-                await self._wait_for_cancelled_reserve()
+                await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
                 outcome = "dead_letter" if dead else "retry"
                 if metrics.enabled:
                     metrics.nacked.add(1, {**labels, "outcome": outcome})
                 if dead:
-                    self._nacked_dead += 1
+                    lane.nacked_dead += 1
                     log.warning("nacked; dead-lettered (%s)", reason or "no reason")
                 else:
-                    self._nacked_retry += 1
+                    lane.nacked_retry += 1
                     log.info("nacked for retry (%s)", reason or "no reason")
                 return outcome
             except JobNotFoundError:
-                self._settle_errors += 1
+                lane.settle_errors += 1
                 log.error(
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
@@ -1304,7 +1388,7 @@ class Worker(Generic[StateT]):
                 )
                 return "settle_failed"
             except SeppError as exc:
-                self._settle_errors += 1
+                lane.settle_errors += 1
                 log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
                     "ack" if directive is None else "nack",
@@ -1313,9 +1397,9 @@ class Worker(Generic[StateT]):
                 return "settle_failed"
             finally:
                 took = anyio.current_time() - started
-                self._settle_time += (took - self._settle_time) * _SMOOTHING
+                lane.settle_time += (took - lane.settle_time) * _SMOOTHING
         assert bound.cancelled_caught
-        self._settle_errors += 1
+        lane.settle_errors += 1
         log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
             "ack" if directive is None else "nack",
