@@ -899,9 +899,8 @@ class Worker(Generic[StateT]):
             jobs: list[Job] | None = None
             # What the reserve may ask for: free capacity, max_jobs, the rate's tokens.
             allowed = 0
+            quiet, finished = False, self._finished
             unwound = lane.reserve_unwound = anyio.Event()
-            # Nothing in flight anywhere when it starts: an empty answer means idle.
-            quiet = not self._runs
             with anyio.CancelScope() as scope:
                 lane.reserve_scope = scope
                 if stop.is_set():
@@ -917,7 +916,8 @@ class Worker(Generic[StateT]):
                     # Before reserving, like the capacity: a job is leased only when it
                     # may start at once.
                     allowed = await lane.bucket.take(allowed)
-                    quiet = not self._runs
+                # Nothing in flight anywhere as it is sent: an empty answer means idle.
+                quiet, finished = not self._runs, self._finished
                 jobs = await self._reserve(lane, allowed)
             lane.reserve_scope = None
             unwound.set()
@@ -929,7 +929,7 @@ class Worker(Generic[StateT]):
                 if holding:
                     limiter.release_on_behalf_of(first)
                 if self._until_idle and jobs is not None:
-                    await self._idle_or_next(lane, quiet)
+                    await self._idle_or_next(lane, quiet, finished)
                 continue
             lane.idle_at = None
             for index, job in enumerate(jobs):
@@ -945,7 +945,7 @@ class Worker(Generic[StateT]):
                             await limiter.acquire_on_behalf_of(token)
                 self._start_job(tg, lane, token, job)
 
-    async def _idle_or_next(self, lane: LaneRun, quiet: bool) -> None:
+    async def _idle_or_next(self, lane: LaneRun, quiet: bool, finished: int) -> None:
         """run(until_idle=True), after an empty reserve: stop the worker if every lane is
         idle, else wait for the next job to finish anywhere (it may have enqueued more,
         or made room) before this lane reserves again.
@@ -953,7 +953,14 @@ class Worker(Generic[StateT]):
         A lane is idle when a reserve that started with nothing in flight in the whole
         worker came back empty; the mark holds until a job finishes (its count changes).
         A job nacked with a backoff is not ready, so it is not waited for.
+
+        Args:
+            quiet: nothing was in flight when the empty reserve was sent.
+            finished: the count of finished jobs then: a job that finished while the
+                reserve was on its way is a reason to reserve again at once.
         """
+        if self._finished != finished:
+            return
         if quiet:
             lane.idle_at = self._finished
         if not self._runs and all(run.idle_at == self._finished for run in self._lanes):

@@ -154,6 +154,26 @@ def test_second_signal_cancels_the_handlers(
     assert "Traceback" not in worker.output
 
 
+def test_burst_processes_what_is_ready_and_exits_0(
+    server: ServerProcess, jobs_dir: Path, queue: str
+) -> None:
+    job_ids = [_enqueue(server, queue, "work") for _ in range(3)]
+    with _worker(
+        server, jobs_dir, "user_jobs:handlers", "--queue", queue, "--burst", queue=queue
+    ) as worker:
+        try:
+            code = worker.wait(8)
+        except subprocess.TimeoutExpired:
+            worker.signal(signal.SIGINT)
+            worker.wait()
+            raise AssertionError(worker.output) from None
+        assert code == 0, worker.output
+    for job_id in job_ids:
+        assert f"finished {job_id}" in worker.output
+    assert "worker drained and stopped: 3 acked" in worker.output
+    assert _reserve(server, queue, wait=0.0) == []
+
+
 def test_async_generator_factory_sets_up_and_tears_down(
     server: ServerProcess, jobs_dir: Path, queue: str
 ) -> None:

@@ -129,6 +129,12 @@ def build_parser(prog: str) -> Parser:
         metavar="DIR",
         help="directory put first on sys.path to import TARGET from (default: .)",
     )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="exit 0 once every queue is empty and nothing is in flight (jobs retried "
+        "with a backoff or scheduled for later are not waited for)",
+    )
     add_connection_options(parser)
     worker = parser.add_argument_group("worker (handler registry only)")
     worker.add_argument(
@@ -409,7 +415,7 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
 
                 async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                     with _refusals_explained(worker):
-                        await worker.run(task_status=task_status)
+                        await worker.run(until_idle=args.burst, task_status=task_status)
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
 
                 async def watch_signals() -> None:
