@@ -3,13 +3,21 @@
 Shape (the reason this library exists)::
 
     run()
-    └── task group (the worker's whole life)
-        ├── reserve loop (the run() task itself)
-        │     take a CapacityLimiter token, then reserve min(max_jobs, free tokens)
-        └── one task per job, holding its token until the outcome is settled
-              └── cancel scope shared by
-                    ├── the handler
-                    └── the heartbeat (extends the lease; cancels the scope if it is lost)
+    └── lifespan (entered before the first reserve, left after every job task ended)
+        └── task group (the worker's whole life)
+            ├── reserve loop per lane (the run() task itself when there is one lane)
+            │     take a CapacityLimiter token, then the lane's rate tokens, then
+            │     reserve min(max_jobs, free tokens, rate tokens)
+            └── one task per job, holding its token until the outcome is settled
+                  └── cancel scope shared by
+                        ├── middleware, then the handler (inside the job's timeout)
+                        └── the heartbeat (extends the lease; cancels the scope if lost)
+
+A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
+one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
+``Lane`` (see ``_lane``). Typed tasks (:meth:`Worker.task`) decode and validate the
+payload before the function runs (``_task_call``); ``on_outcome`` is told each delivery's
+:class:`~sepp_anyio.Outcome` after it is settled (``_outcome``).
 
 Under load with short handlers, when every job in flight is being acked, the reserve
 loop waits for those jobs' tokens (up to half of ``max_in_flight``) before it reserves,
@@ -349,9 +357,11 @@ class Worker(Generic[StateT]):
 
     Args:
         client: a connected :class:`~sepp_anyio.Client` (it must outlive the worker).
-        queues: the queues to reserve from, in priority order.
+        queues: the queues to reserve from, in priority order; or a list of
+            :class:`~sepp_anyio.Lane`, each with its own queues and limits (then
+            ``max_in_flight`` and ``max_jobs`` must not be given).
         lease: seconds of lease asked for at reserve and at each extension.
-        max_in_flight: jobs handled at once (a CapacityLimiter's tokens).
+        max_in_flight: jobs handled at once (a CapacityLimiter's tokens); None: 16.
         max_jobs: most jobs per reserve; None means "all free capacity".
         wait: long-poll window of each reserve, in seconds (> 0).
         auto_extend: False; True to extend leases when a third of the granted
