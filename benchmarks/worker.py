@@ -1,6 +1,7 @@
 """Worker benchmark: jobs/s, pickup latency and memory, against one network reference server.
 
-Usage: ``python benchmarks/worker.py [--rounds R] [--scale S]`` (defaults take ~1.5 min)
+Usage: ``python benchmarks/worker.py [--rounds R] [--scale S] [--latency MS ...]``
+(defaults take ~4 min)
 
 Starts one reference server (``python -m sepp_anyio.server --memory``, its own process) and
 measures, in the same run and against that server:
@@ -15,7 +16,11 @@ Reported:
 
 * throughput (jobs/s; enqueueing is not timed) for a handler that returns at once and one
   that awaits 10 ms, with ``max_in_flight`` 1, 16 and 128, and the worker process's CPU ms
-  per job;
+  per job; once per network latency (``--latency``, default 0, 1 and 2.5 ms each way):
+  every client then talks to the server through the same forwarding proxy on loopback
+  (``_latency_proxy.py``, its own process) that delays each direction by that much, so a
+  round trip costs twice the delay more, as between two machines (0 ms still goes through
+  the proxy, for the same hop);
 * enqueue-to-handler-start latency (p50/p99) of an idle worker parked in its long poll;
 * memory with 10,000 jobs in flight at once (RSS then, and its growth over the same process
   before the worker started).
@@ -37,6 +42,8 @@ from typing import Any
 
 from sepp_anyio.testing import ServerProcess
 
+PROXY = Path(__file__).resolve().parent / "_latency_proxy.py"
+
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_worker_child.py"
 KINDS = ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio"]
@@ -50,6 +57,7 @@ THROUGHPUT_ROWS = [
     ("10 ms, max_in_flight 16", 1000, 16, 0.01),
     ("10 ms, max_in_flight 128", 2000, 128, 0.01),
 ]
+DELAYS_MS = [0.0, 1.0, 2.5]
 LATENCY_SAMPLES = 200
 MEMORY_JOBS = 10_000
 
@@ -67,6 +75,29 @@ def run_child(spec: dict[str, Any]) -> Any:
     return json.loads(out.stdout)
 
 
+class Proxy:
+    """``_latency_proxy.py`` in its own process, delaying each direction by ``delay_ms``."""
+
+    def __init__(self, target: str, delay_ms: float) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(PROXY), target, str(delay_ms)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.address = f"127.0.0.1:{int(self.process.stdout.readline())}"
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # the proxy exits when its stdin closes
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 def _best(runs: list[dict[str, float]], key: str, *, lower: bool = False) -> float:
     return (min if lower else max)(run[key] for run in runs)
 
@@ -75,6 +106,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs per cell, best kept")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the job counts")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        nargs="+",
+        default=DELAYS_MS,
+        metavar="MS",
+        help="delays each way through the proxy, one throughput table each (default: 0 1 2.5)",
+    )
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -82,7 +121,11 @@ def main() -> None:
         (max(1, round(jobs * args.scale)), max_in_flight, sleep)
         for _, jobs, max_in_flight, sleep in THROUGHPUT_ROWS
     ]
-    throughput: dict[str, list[list[dict[str, float]]]] = {kind: [] for kind in KINDS}
+    delays: list[float] = args.latency
+    # throughput[delay][kind]: one list of row results per round
+    throughput: dict[float, dict[str, list[list[dict[str, float]]]]] = {
+        delay: {kind: [] for kind in KINDS} for delay in delays
+    }
     latency: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     memory: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     server = ServerProcess("--memory", "--port", "0", "--log-level", "WARNING")
@@ -90,17 +133,25 @@ def main() -> None:
     print(f"server at {server.address}", file=sys.stderr)
     try:
         for round_no in range(1, args.rounds + 1):
+            for delay in delays:
+                proxy = Proxy(server.address, delay)
+                try:
+                    for kind in KINDS:
+                        where = {"kind": kind, "address": proxy.address}
+                        results = run_child({**where, "scenario": "throughput", "rows": rows})
+                        throughput[delay][kind].append(results)
+                        for (label, *_), result in zip(THROUGHPUT_ROWS, results, strict=True):
+                            print(
+                                f"round {round_no} {delay:g} ms {kind:19s} {label:25s} "
+                                f"{result['jobs_per_s']:6.0f} jobs/s  "
+                                f"{result['cpu_ms']:.2f} ms CPU/job  "
+                                f"{result['jobs_per_reserve']:.1f} jobs/reserve",
+                                file=sys.stderr,
+                            )
+                finally:
+                    proxy.stop()
             for kind in KINDS:
                 base = {"kind": kind, "address": server.address}
-                results = run_child({**base, "scenario": "throughput", "rows": rows})
-                throughput[kind].append(results)
-                for (label, *_), result in zip(THROUGHPUT_ROWS, results, strict=True):
-                    print(
-                        f"round {round_no} {kind:19s} {label:25s} "
-                        f"{result['jobs_per_s']:6.0f} jobs/s  {result['cpu_ms']:.2f} ms CPU/job"
-                        f"  {result['jobs_per_reserve']:.1f} jobs/reserve",
-                        file=sys.stderr,
-                    )
                 spec = {**base, "scenario": "latency", "samples": LATENCY_SAMPLES}
                 latency[kind].append(run_child(spec))
                 print(f"round {round_no} {kind:19s} latency {latency[kind][-1]}", file=sys.stderr)
@@ -112,20 +163,22 @@ def main() -> None:
         server.stop()
 
     print(
-        f"\nWorker throughput against one network reference server: jobs/s (ratio vs "
-        f"{BASELINE}; worker process CPU ms per job), best of {args.rounds}\n"
+        f"\nWorker throughput against one network reference server, through a proxy adding "
+        f"the latency shown each way: jobs/s (ratio vs {BASELINE}; worker process CPU ms "
+        f"per job), best of {args.rounds}\n"
     )
-    print("| handler, max_in_flight | " + " | ".join(KINDS) + " |")
-    print("|---|" + "---|" * len(KINDS))
-    for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
-        per_kind = {kind: [runs[index] for runs in throughput[kind]] for kind in KINDS}
-        rate = {kind: _best(runs, "jobs_per_s") for kind, runs in per_kind.items()}
-        cpu = {kind: _best(runs, "cpu_ms", lower=True) for kind, runs in per_kind.items()}
-        cells = [
-            f"{rate[kind]:.0f} ({rate[kind] / rate[BASELINE]:.2f}x; {cpu[kind]:.2f} ms)"
-            for kind in KINDS
-        ]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    print("| latency | handler, max_in_flight | " + " | ".join(KINDS) + " |")
+    print("|---|---|" + "---|" * len(KINDS))
+    for delay in delays:
+        for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
+            per_kind = {kind: [runs[index] for runs in throughput[delay][kind]] for kind in KINDS}
+            rate = {kind: _best(runs, "jobs_per_s") for kind, runs in per_kind.items()}
+            cpu = {kind: _best(runs, "cpu_ms", lower=True) for kind, runs in per_kind.items()}
+            cells = [
+                f"{rate[kind]:.0f} ({rate[kind] / rate[BASELINE]:.2f}x; {cpu[kind]:.2f} ms)"
+                for kind in KINDS
+            ]
+            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
 
     print(
         f"\nEnqueue-to-handler-start latency of an idle worker in long poll, ms "

@@ -94,7 +94,7 @@ def test_the_worker_raises_the_tree_s_argument_errors() -> None:
     with pytest.raises(InvalidArgumentTypeError, match="queues"):
         Worker(CLIENT, "q")
     with pytest.raises(InvalidArgumentTypeError, match=r"queues\[0\]"):
-        Worker(CLIENT, [1])  # type: ignore[list-item]
+        Worker(CLIENT, [1])  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentTypeError, match="wait"):
         Worker(CLIENT, ["q"], wait="1")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentTypeError, match="worker_id"):

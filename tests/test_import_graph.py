@@ -50,6 +50,11 @@ TIERS: list[frozenset[str]] = [
             "_cron",
             "_health",
             "_cli",
+            "_lane",
+            "_lifespan",
+            "_middleware",
+            "_outcome",
+            "_task_call",
         }
     ),
     # The public faces: the package itself, ``python -m sepp_anyio``, test support.

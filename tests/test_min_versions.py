@@ -192,6 +192,9 @@ def test_verify_compares_the_installed_versions() -> None:
 _NOT_RUNTIME = {
     # Only sepp_anyio.testing.pytest_plugin imports it, and only pytest loads that.
     "pytest": "loaded only by pytest, through the pytest11 entry point",
+    # Imported only under TYPE_CHECKING (PEP 696 TypeVar defaults of JobCtx and Worker);
+    # type checkers resolve it from their bundled typeshed stubs, installed or not.
+    "typing_extensions": "imported only by type checkers (if TYPE_CHECKING)",
 }
 # The generated code imports betterproto2's own runtime requirements.
 _GENERATED = SRC / "_proto"

@@ -16,7 +16,8 @@ the underscored modules are private.
 #   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
 #      server: only _model, _wire, _proto, _http2 and the transport's framing);
 #   4. the client and the worker and what is built on them: _client, _connect,
-#      _retry, _lease, _worker, _task, _typed, _cron, _health, _cli;
+#      _retry, _lease, _worker and its parts (_lane, _lifespan, _middleware,
+#      _outcome), _task, _task_call, _typed, _cron, _health, _cli;
 #   5. the public faces: this module, __main__, testing (which may import anything).
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from ._client import Client as Client
 from ._client import connect as connect
 from ._cron import Cron as Cron
 from ._health import serve_health as serve_health
+from ._lane import Lane as Lane
+from ._lane import LaneStatistics as LaneStatistics
+from ._lane import RateLimit as RateLimit
 from ._logcontext import current_job as current_job
 from ._model._codecs import PayloadCodec as PayloadCodec
 from ._model._codecs import decode_payload as decode_payload
@@ -89,6 +93,9 @@ from ._model._retries import RetryPolicy as RetryPolicy
 from ._model._server_info import ServerInfo as ServerInfo
 from ._model._trace import TraceContext as TraceContext
 from ._model._trace import TraceContextError as TraceContextError
+from ._outcome import Outcome as Outcome
+from ._task import Task as Task
+from ._task import TaskPayloadError as TaskPayloadError
 from ._version import __version__ as __version__
 from ._worker import Handler as Handler
 from ._worker import ShutdownHandle as ShutdownHandle
@@ -131,9 +138,12 @@ __all__ = [
     "JobTypeNameTooLong",
     "JobTypeNotAllowed",
     "JobValidationError",
+    "Lane",
+    "LaneStatistics",
     "LeaseError",
     "MalformedResponseError",
     "MalformedServerInfoError",
+    "Outcome",
     "OverloadedError",
     "Payload",
     "PayloadCodec",
@@ -141,6 +151,7 @@ __all__ = [
     "QueueClosing",
     "QueueFull",
     "QueueNameTooLong",
+    "RateLimit",
     "ReserveError",
     "RetryDirective",
     "RetryPolicy",
@@ -150,6 +161,8 @@ __all__ = [
     "ServerInternalError",
     "ShutdownHandle",
     "StatusCode",
+    "Task",
+    "TaskPayloadError",
     "TraceContext",
     "TraceContextError",
     "TransportError",

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import anyio
 
@@ -65,6 +66,10 @@ class JobRun:
     started: float = 0.0
     #: Set when the handler is done and the ack or nack is on its way.
     settling: bool = False
+    #: The handler's (or a middleware's) exception, for ``on_outcome``.
+    error: BaseException | None = None
+    #: The worker's lane the job came from (a ``_lane.LaneRun``; its counters).
+    lane: Any = None
 
     def lose_lease(self, reason: str) -> None:
         if not self.lease_lost:

@@ -403,7 +403,8 @@ class Task(Generic[T]):
         except Exception:  # a forward reference that does not resolve here
             return
         annotated = hints.get(first.name)
-        if not isinstance(annotated, builtins.type) or annotated is object:
+        # typing.Any is a class from Python 3.11 on, and takes every value.
+        if not isinstance(annotated, builtins.type) or annotated in (object, Any):
             return
         try:
             fits = issubclass(expected, annotated)

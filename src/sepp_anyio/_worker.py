@@ -3,13 +3,21 @@
 Shape (the reason this library exists)::
 
     run()
-    └── task group (the worker's whole life)
-        ├── reserve loop (the run() task itself)
-        │     take a CapacityLimiter token, then reserve min(max_jobs, free tokens)
-        └── one task per job, holding its token until the outcome is settled
-              └── cancel scope shared by
-                    ├── the handler
-                    └── the heartbeat (extends the lease; cancels the scope if it is lost)
+    └── lifespan (entered before the first reserve, left after every job task ended)
+        └── task group (the worker's whole life)
+            ├── reserve loop per lane (the run() task itself when there is one lane)
+            │     take a CapacityLimiter token, then the lane's rate tokens, then
+            │     reserve min(max_jobs, free tokens, rate tokens)
+            └── one task per job, holding its token until the outcome is settled
+                  └── cancel scope shared by
+                        ├── middleware, then the handler (inside the job's timeout)
+                        └── the heartbeat (extends the lease; cancels the scope if lost)
+
+A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
+one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
+``Lane`` (see ``_lane``). Typed tasks (:meth:`Worker.task`) decode and validate the
+payload before the function runs (``_task_call``); ``on_outcome`` is told each delivery's
+:class:`~sepp_anyio.Outcome` after it is settled (``_outcome``).
 
 Under load with short handlers, when every job in flight is being acked, the reserve
 loop waits for those jobs' tokens (up to half of ``max_in_flight``) before it reserves,
@@ -72,21 +80,25 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from . import _otel
+from . import _lifespan, _otel
 from ._client import Client
 from ._cron import Cron, run_cron
-from ._health import LaneMetrics, MetricsRegistry, WorkerHealth
+from ._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
 from ._health._source import DEFAULT_MARGIN
+from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat
 from ._logcontext import install_record_factory, job_context
-from ._model._checks import check_count, check_queue_names, check_seconds, check_str
+from ._middleware import Middleware, call_through, check_middleware
+from ._model._checks import check_count, check_seconds, check_str
+from ._model._error_root import InvalidArgumentError
 from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
@@ -98,6 +110,17 @@ from ._model._errors import (
 from ._model._job import Job, JobCtx
 from ._model._payload import Payload
 from ._model._retries import RetryDirective
+from ._outcome import OutcomeHook, check_outcome_hook, outcome_of, report_outcome
+from ._task import Task
+from ._task_call import typed_call
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as DefaultTypeVar
+
+    #: The type of the lifespan's value (``worker.state``); ``Any`` when not given.
+    StateT = DefaultTypeVar("StateT", default=Any)
+else:
+    StateT = TypeVar("StateT")
 
 __all__ = ["Handler", "ShutdownHandle", "Worker", "WorkerStatistics"]
 
@@ -109,6 +132,7 @@ _SyncHandler: TypeAlias = Callable[[Payload | None, JobCtx], None]
 #: ``def handler(payload, ctx) -> None``, which runs in a worker thread.
 Handler: TypeAlias = _AsyncHandler | _SyncHandler
 H = TypeVar("H", bound=Handler)
+T = TypeVar("T")
 
 #: What a handler is called with, for the errors of a registration that cannot work.
 _EXPECTED_SIGNATURE = "handler(payload: Payload | None, ctx: JobCtx) -> None"
@@ -252,9 +276,7 @@ def _handler_asked(exc: HandlerError, ctx: JobCtx) -> str:
     return f"handler asked to retry the job ({why}); {_then_retry(ctx, _QUEUE_POLICY)}"
 
 
-def _boxed(
-    fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
-) -> tuple[object]:
+def _boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tuple[object]:
     """Call a sync handler (in its thread), its result in a tuple: trio refuses to hand a
     coroutine back from a thread, and one returned here is to be awaited on the loop."""
     return (fn(payload, ctx),)
@@ -295,6 +317,8 @@ class WorkerStatistics:
     reserve_errors: int
     #: The most jobs that were ever in flight at once.
     max_in_flight_seen: int
+    #: The same counters per lane, in the worker's order of lanes.
+    lanes: tuple[LaneStatistics, ...] = ()
 
 
 class ShutdownHandle:
@@ -315,14 +339,19 @@ class ShutdownHandle:
         return self._worker._shutdown_requested
 
 
-class Worker(anyio.AsyncContextManagerMixin):
+class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
     """Processes jobs from ``queues`` with registered handlers.
+
+    Generic in the type of its lifespan's value (:attr:`state`, ``ctx.state``); a bare
+    ``Worker`` means ``Worker[Any]``.
 
     Args:
         client: a connected :class:`~sepp_anyio.Client` (it must outlive the worker).
-        queues: the queues to reserve from, in priority order.
+        queues: the queues to reserve from, in priority order; or a list of
+            :class:`~sepp_anyio.Lane`, each with its own queues and limits (then
+            ``max_in_flight`` and ``max_jobs`` must not be given).
         lease: seconds of lease asked for at reserve and at each extension.
-        max_in_flight: jobs handled at once (a CapacityLimiter's tokens).
+        max_in_flight: jobs handled at once (a CapacityLimiter's tokens); None: 16.
         max_jobs: most jobs per reserve; None means "all free capacity".
         wait: long-poll window of each reserve, in seconds (> 0).
         auto_extend: False; True to extend leases when a third of the granted
@@ -342,6 +371,15 @@ class Worker(anyio.AsyncContextManagerMixin):
         sync_threads: worker threads for plain (non-async) handlers, shared by all of
             them; default ``max_in_flight``. A sync job waiting for a thread holds its
             ``max_in_flight`` slot, and its lease is still extended.
+        lifespan: ``lifespan(worker)`` returns an async context manager (or is an async
+            generator function yielding once): entered before the first reserve, left
+            after the drain; what it yields is :attr:`state` and ``ctx.state`` (see
+            ``_lifespan``).
+        middleware: callables ``m(ctx)`` returning async context managers, entered in
+            order around every handler call, inside its timeout (see ``_middleware``).
+        on_outcome: ``on_outcome(ctx, outcome, error)``, sync or async, called once per
+            delivery with its :class:`~sepp_anyio.Outcome` after the settle; its own
+            failure is logged and changes nothing.
 
     Raises:
         InvalidArgumentError: a bad argument, naming it (no queues, a queue name the server
@@ -355,10 +393,10 @@ class Worker(anyio.AsyncContextManagerMixin):
     def __init__(
         self,
         client: Client,
-        queues: Sequence[str],
+        queues: Sequence[str] | Sequence[Lane],
         *,
         lease: float = 30.0,
-        max_in_flight: int = 16,
+        max_in_flight: int | None = None,
         max_jobs: int | None = None,
         wait: float = 30.0,
         auto_extend: bool | float = False,
@@ -368,15 +406,25 @@ class Worker(anyio.AsyncContextManagerMixin):
         max_lease_time: float | None = None,
         drain_timeout: float | None = None,
         sync_threads: int | None = None,
+        lifespan: Callable[
+            [Worker[StateT]], AbstractAsyncContextManager[StateT] | AsyncIterator[StateT]
+        ]
+        | None = None,
+        middleware: Sequence[Middleware] = (),
+        on_outcome: OutcomeHook | None = None,
     ) -> None:
-        # The same rules as Client.reserve's, checked now rather than at the first reserve.
-        self._queues = check_queue_names(queues)
+        # One lane of the names (with max_in_flight and max_jobs), or the Lanes given;
+        # queue names and counts by the same rules as Client.reserve's, checked now.
+        self._lanes = tuple(LaneRun(lane) for lane in lanes_of(queues, max_in_flight, max_jobs))
+        self._queues = [queue for run in self._lanes for queue in run.lane.queues]
         self._lease = check_seconds(lease, "lease", minimum="millisecond")
         self._wait = check_seconds(wait, "wait", minimum="positive")
-        self._max_in_flight = check_count(max_in_flight, "max_in_flight")
-        self._max_jobs = None if max_jobs is None else check_count(max_jobs, "max_jobs")
+        # Default: as many threads as jobs may be in flight, over all lanes.
+        self._max_in_flight = sum(run.lane.max_in_flight for run in self._lanes)
         self._sync_threads = (
-            max_in_flight if sync_threads is None else check_count(sync_threads, "sync_threads")
+            self._max_in_flight
+            if sync_threads is None
+            else check_count(sync_threads, "sync_threads")
         )
         # The threads' limiter, made by run() (a limiter belongs to one event loop).
         self._sync_limiter: anyio.CapacityLimiter | None = None
@@ -415,6 +463,13 @@ class Worker(anyio.AsyncContextManagerMixin):
         self._calls: dict[str, _AsyncHandler] = {}
         self._catch_all: Handler | None = None
         self._catch_all_call: _AsyncHandler | None = None
+        # Per job type, a typed task's own timeout (it wins over job_timeout).
+        self._timeouts: dict[str, float] = {}
+        self._lifespan = _lifespan.check_lifespan(lifespan)
+        self._middleware = check_middleware(middleware)
+        self._on_outcome = check_outcome_hook(on_outcome)
+        self._state: Any = None
+        self._has_state = lifespan is None
         # Whether a reserve of the current run() has succeeded (see _reserve), and how many
         # refused reserves in a row since (the exponent of their backoff).
         self._reserved_once = False
@@ -423,28 +478,15 @@ class Worker(anyio.AsyncContextManagerMixin):
         self._shutdown_requested = False
         self._running = False
         self._stop: anyio.Event | None = None
-        self._reserve_scope: anyio.CancelScope | None = None
-        # Set once the current reserve has unwound (see _wait_for_cancelled_reserve).
-        self._reserve_unwound: anyio.Event | None = None
         self._runs: set[JobRun] = set()
-        # The reserve loop's wait for settling jobs' tokens (see _gather_settling_tokens):
-        # how many it gathers, recent handler and settle durations (moving averages, in
-        # seconds) and the event a returning token sets.
-        self._batch = min(self._max_jobs or max_in_flight, max(1, max_in_flight // 2))
-        self._handler_time = 0.0
-        self._settle_time = 0.0
-        self._settling = 0  # jobs in flight whose ack or nack is on its way
-        self._token_back: anyio.Event | None = None
+        # run(until_idle=True): whether it is on, and the count of jobs finished (the
+        # lanes' idle marks compare with it) with an event it replaces at each finish.
+        self._until_idle = False
+        self._finished = 0
+        self._job_done: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        # Counters behind statistics().
-        self._processed = 0
-        self._nacked_retry = 0
-        self._nacked_dead = 0
-        self._lease_lost = 0
-        self._settle_errors = 0
-        self._reserves = 0
-        self._reserve_errors = 0
+        # The most jobs in flight at once over all lanes (the other counters are per lane).
         self._max_seen = 0
         # Probes and metrics for serve_health. The margin covers the longest pause the loop
         # takes between two reserves (the backoff after a failed or refused reserve).
@@ -452,7 +494,15 @@ class Worker(anyio.AsyncContextManagerMixin):
             wait=self._wait,
             margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
         )
-        self._lane_metrics: LaneMetrics = self._health.worker_metrics.lane(_LANE)
+        # Each lane's probe and metric series, labelled "default" for a worker of queue
+        # names and by the lane's queues ("a+b") for a Lane.
+        given_lanes = not isinstance(queues, str) and any(isinstance(q, Lane) for q in queues)
+        self._probes: dict[LaneRun, LaneProbe] = {}
+        self._lane_metrics: dict[LaneRun, LaneMetrics] = {}
+        for run in self._lanes:
+            label = "+".join(run.lane.queues) if given_lanes else _LANE
+            self._probes[run] = self._health.lane(label)
+            self._lane_metrics[run] = self._health.worker_metrics.lane(label)
         self._crons: list[Cron[Any]] = []
         # run(job_limit=...): jobs this run may still take (None: no limit).
         self._jobs_left: int | None = None
@@ -495,6 +545,7 @@ class Worker(anyio.AsyncContextManagerMixin):
             raise DuplicateHandlerError(job_type)
         self._handlers[job_type] = fn
         self._calls[job_type] = call
+        self._timeouts.pop(job_type, None)
         return self
 
     def replace_handler(self, job_type: str, fn: Handler) -> Worker:
@@ -503,13 +554,65 @@ class Worker(anyio.AsyncContextManagerMixin):
         call = self._checked(job_type, fn)
         self._handlers[job_type] = fn
         self._calls[job_type] = call
+        self._timeouts.pop(job_type, None)
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
         """Unregister ``job_type``'s handler (no error if it has none)."""
         self._handlers.pop(job_type, None)
         self._calls.pop(job_type, None)
+        self._timeouts.pop(job_type, None)
         return self
+
+    def task(
+        self, task: Task[T]
+    ) -> Callable[
+        [Callable[[T, JobCtx[StateT]], Awaitable[None] | None]],
+        Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+    ]:
+        """Decorator: handle ``task``'s job type with the decorated function, which is
+        called as ``fn(value, ctx)`` with the payload decoded and validated as ``task``'s
+        type.
+
+        ``async def`` functions run on the event loop; plain ``def`` ones run in a worker
+        thread, as sync handlers do (the payload is validated in that thread too). A
+        payload that is not JSON or does not validate is dead-lettered on that attempt,
+        with a reason naming the field (no retry can help it), and counted in
+        ``statistics().nacked_dead_letter``. The task's ``timeout`` wins over the worker's
+        ``job_timeout``.
+
+        Raises:
+            DuplicateHandlerError: the job type already has a handler.
+            InvalidArgumentError: this worker does not reserve from ``task.queue``.
+            TypeError: the function cannot be called as ``fn(value, ctx)``, or its first
+                parameter is annotated with a class the task's values are not.
+        """
+        if not isinstance(task, Task):
+            raise TypeError(f"Worker.task() takes a sepp.Task, got a {type(task).__name__}")
+        if task.queue not in self.queues:
+            raise InvalidArgumentError(
+                f"task {task!r} is enqueued to queue {task.queue!r}, which this worker does "
+                f"not reserve from (queues: {list(self.queues)})"
+            )
+
+        def register(
+            fn: Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+        ) -> Callable[[T, JobCtx[StateT]], Awaitable[None] | None]:
+            task.check_handler(fn)
+            job_type = task.job_type
+            if job_type in self._handlers:
+                raise DuplicateHandlerError(job_type)
+            what = f"task {task!r}"
+            call = typed_call(task, fn, check_handler(what, fn), self._run_in_thread)
+            self._handlers[job_type] = fn  # type: ignore[assignment]
+            self._calls[job_type] = call
+            if task.timeout is not None:
+                self._timeouts[job_type] = task.timeout
+            else:
+                self._timeouts.pop(job_type, None)
+            return fn
+
+        return register
 
     def catch_all(self, fn: H) -> H:
         """Handle every job type without a handler of its own (replaces any
@@ -535,7 +638,7 @@ class Worker(anyio.AsyncContextManagerMixin):
         return functools.partial(self._run_in_thread, fn)
 
     async def _run_in_thread(
-        self, fn: Callable[[Payload | None, JobCtx], object], payload: Payload | None, ctx: JobCtx
+        self, fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx
     ) -> None:
         """Run a plain handler in a worker thread of the sync limiter.
 
@@ -612,8 +715,9 @@ class Worker(anyio.AsyncContextManagerMixin):
         self._health.mark_shutting_down()
         if self._stop is not None:
             self._stop.set()
-        if self._reserve_scope is not None:
-            self._reserve_scope.cancel()
+        for lane in self._lanes:
+            if lane.reserve_scope is not None:
+                lane.reserve_scope.cancel()
 
     def cancel_in_flight(self, *, reason: str | None = None) -> None:
         """Shut down, and cancel the handlers still running right now.
@@ -657,17 +761,21 @@ class Worker(anyio.AsyncContextManagerMixin):
         return ShutdownHandle(self)
 
     def statistics(self) -> WorkerStatistics:
-        """The worker's counters at this moment."""
+        """The worker's counters at this moment: totals, and ``lanes``, one
+        :class:`~sepp_anyio.LaneStatistics` per lane in the order given (one lane of
+        ``queues`` when no ``Lane`` was given)."""
+        lanes = tuple(run.statistics() for run in self._lanes)
         return WorkerStatistics(
             in_flight=len(self._runs),
-            processed=self._processed,
-            nacked_retry=self._nacked_retry,
-            nacked_dead_letter=self._nacked_dead,
-            lease_lost=self._lease_lost,
-            settle_errors=self._settle_errors,
-            reserves=self._reserves,
-            reserve_errors=self._reserve_errors,
+            processed=sum(lane.processed for lane in lanes),
+            nacked_retry=sum(lane.nacked_retry for lane in lanes),
+            nacked_dead_letter=sum(lane.nacked_dead_letter for lane in lanes),
+            lease_lost=sum(lane.lease_lost for lane in lanes),
+            settle_errors=sum(lane.settle_errors for lane in lanes),
+            reserves=sum(lane.reserves for lane in lanes),
+            reserve_errors=sum(lane.reserve_errors for lane in lanes),
             max_in_flight_seen=self._max_seen,
+            lanes=lanes,
         )
 
     # ------------------------------------------------------------ health (a HealthSource)
@@ -692,15 +800,31 @@ class Worker(anyio.AsyncContextManagerMixin):
         ``sepp_settle_failures_total``, each with a ``lane`` label."""
         return self._health.metrics
 
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        """The worker's lanes (one of ``queues`` when no ``Lane`` was given)."""
+        return tuple(run.lane for run in self._lanes)
+
+    @property
+    def _reserve_scope(self) -> anyio.CancelScope | None:
+        """A reserve in progress, if any lane has one (for tests that wait for it)."""
+        return next((r.reserve_scope for r in self._lanes if r.reserve_scope), None)
+
     # ------------------------------------------------------------ running
 
     async def run(
         self,
         *,
+        until_idle: bool = False,
         job_limit: int | None = None,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Process jobs until :meth:`shutdown`, then drain and return.
+
+        With ``until_idle=True`` ("burst" mode) it also shuts itself down once every
+        lane's reserve has come back empty with nothing in flight (after the last job
+        finished): what is ready has been done. Its reserves then poll without a long
+        wait. A job nacked with a backoff, or scheduled for later, is not waited for.
 
         With ``job_limit``, the run takes at most that many jobs (no reserve asks for
         more than are left) and, once it has taken the last one, shuts down by itself:
@@ -746,7 +870,10 @@ class Worker(anyio.AsyncContextManagerMixin):
         self._stop = anyio.Event()
         if self._shutdown_requested:
             self._stop.set()
-        limiter = anyio.CapacityLimiter(self._max_in_flight)
+        for lane in self._lanes:
+            lane.start()
+        self._until_idle = bool(until_idle)
+        self._job_done = anyio.Event() if until_idle else None
         self._sync_limiter = anyio.CapacityLimiter(self._sync_threads)
         self._reserved_once = False
         self._refusals = 0
@@ -758,15 +885,22 @@ class Worker(anyio.AsyncContextManagerMixin):
             self._max_in_flight,
             self._lease,
         )
+        if self._lifespan is not None:
+            self._state, self._has_state = None, False
         try:
-            async with anyio.create_task_group() as tg:
+            # The lifespan encloses the task group: set up before the first reserve (and
+            # before started()), torn down once every job task has ended.
+            async with (
+                _lifespan.enter(self._lifespan, self, self._keep_state),
+                anyio.create_task_group() as tg,
+            ):
                 self._tg = tg
                 crons = await self._start_crons(tg)
                 self._health.mark_started()
                 if self._shutdown_requested:
                     self._health.mark_shutting_down()
                 task_status.started()
-                await self._reserve_loop(tg, limiter)
+                await self._reserve_loops(tg)
                 crons.cancel()  # a worker that stops taking jobs stops scheduling them
                 await self._drain()
         except BaseExceptionGroup as group:
@@ -781,8 +915,29 @@ class Worker(anyio.AsyncContextManagerMixin):
             self._tg = None
             self._running = False
             self._stop = None
-            self._reserve_scope = None
+            self._job_done = None
+            for lane in self._lanes:
+                lane.reserve_scope = None
             logger.info("worker %s stopped", self.worker_id)
+
+    def _keep_state(self, state: Any) -> None:
+        self._state, self._has_state = state, True
+
+    @property
+    def state(self) -> StateT:
+        """What the lifespan yielded (None without a lifespan); readable from setup on,
+        and after :meth:`run` returns, until the next run.
+
+        Raises:
+            RuntimeError: the worker has a lifespan that has not been entered yet.
+        """
+        if not self._has_state:
+            raise RuntimeError(
+                "worker.state is set by its lifespan, which has not been entered yet "
+                "(it is entered when run() starts)"
+            )
+        state: StateT = self._state
+        return state
 
     @contextlib.asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncIterator[Self]:
@@ -813,17 +968,32 @@ class Worker(anyio.AsyncContextManagerMixin):
         if body_error is not None:
             raise body_error
 
-    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter) -> None:
+    async def _reserve_loops(self, tg: anyio.abc.TaskGroup) -> None:
+        """Every lane's reserve loop; returns when all of them have stopped."""
+        if len(self._lanes) == 1:
+            await self._reserve_loop(tg, self._lanes[0])
+            return
+        # One task per lane, so that one lane waiting for capacity, for its rate limit or
+        # for a long poll never holds another's reserves.
+        async with anyio.create_task_group() as loops:
+            for index, lane in enumerate(self._lanes):
+                loops.start_soon(self._reserve_loop, tg, lane, name=f"sepp lane {index}")
+
+    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, lane: LaneRun) -> None:
         stop = self._stop
-        assert stop is not None
-        probe = self._health.lane(_LANE)
+        limiter = lane.limiter
+        assert stop is not None and limiter is not None
+        probe = self._probes[lane]
         while not stop.is_set():
             first = object()
             holding = False
             jobs: list[Job] | None = None
-            unwound = self._reserve_unwound = anyio.Event()
+            # What the reserve may ask for: free capacity, max_jobs, the rate's tokens.
+            allowed = 0
+            quiet, finished = False, self._finished
+            unwound = lane.reserve_unwound = anyio.Event()
             with anyio.CancelScope() as scope:
-                self._reserve_scope = scope
+                lane.reserve_scope = scope
                 if stop.is_set():
                     scope.cancel()
                 # The token is taken *before* reserving, so the worker never
@@ -831,18 +1001,33 @@ class Worker(anyio.AsyncContextManagerMixin):
                 probe.waiting_for_capacity(anyio.current_time())
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
-                await self._gather_settling_tokens(limiter)
+                await self._gather_settling_tokens(lane)
+                free = 1 + int(limiter.available_tokens)
+                allowed = free if lane.lane.max_jobs is None else min(lane.lane.max_jobs, free)
+                if self._jobs_left is not None:
+                    allowed = min(allowed, self._jobs_left)
+                if lane.bucket is not None:
+                    # Before reserving, like the capacity: a job is leased only when it
+                    # may start at once.
+                    allowed = await lane.bucket.take(allowed)
+                # Nothing in flight anywhere as it is sent: an empty answer means idle.
+                quiet, finished = not self._runs, self._finished
                 probe.reserving(anyio.current_time())
-                jobs = await self._reserve(limiter)
+                jobs = await self._reserve(lane, allowed)
             probe.between(anyio.current_time())
-            self._reserve_scope = None
+            lane.reserve_scope = None
             unwound.set()
+            if lane.bucket is not None and allowed:
+                lane.bucket.give_back(allowed - len(jobs or ()))
             if not jobs:
                 # Failed (already backed off), empty, or interrupted by
                 # shutdown; a reserve that *returned* jobs is never dropped.
                 if holding:
                     limiter.release_on_behalf_of(first)
+                if self._until_idle and jobs is not None:
+                    await self._idle_or_next(lane, quiet, finished)
                 continue
+            lane.idle_at = None
             for index, job in enumerate(jobs):
                 token: object = first if index == 0 else object()
                 if index:
@@ -854,7 +1039,7 @@ class Worker(anyio.AsyncContextManagerMixin):
                     except anyio.WouldBlock:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
-                self._start_job(tg, limiter, token, job)
+                self._start_job(tg, lane, token, job)
             self._took(len(jobs))
 
     def _took(self, count: int) -> None:
@@ -868,7 +1053,42 @@ class Worker(anyio.AsyncContextManagerMixin):
             )
             self.shutdown()
 
-    async def _gather_settling_tokens(self, limiter: anyio.CapacityLimiter) -> None:
+    async def _idle_or_next(self, lane: LaneRun, quiet: bool, finished: int) -> None:
+        """run(until_idle=True), after an empty reserve: stop the worker if every lane is
+        idle, else wait for the next job to finish anywhere (it may have enqueued more,
+        or made room) before this lane reserves again.
+
+        A lane is idle when a reserve that started with nothing in flight in the whole
+        worker came back empty; the mark holds until a job finishes (its count changes).
+        A job nacked with a backoff is not ready, so it is not waited for.
+
+        Args:
+            quiet: nothing was in flight when the empty reserve was sent.
+            finished: the count of finished jobs then: a job that finished while the
+                reserve was on its way is a reason to reserve again at once.
+        """
+        if self._finished != finished:
+            return
+        if quiet:
+            lane.idle_at = self._finished
+        if not self._runs and all(run.idle_at == self._finished for run in self._lanes):
+            logger.info("worker %s: every lane is idle; stopping (until_idle)", self.worker_id)
+            self.shutdown()
+            return
+        job_done = self._job_done
+        assert job_done is not None
+        stop = self._stop
+        assert stop is not None
+        async with anyio.create_task_group() as either:
+
+            async def wake_on(event: anyio.Event) -> None:
+                await event.wait()
+                either.cancel_scope.cancel()
+
+            either.start_soon(wake_on, job_done)
+            either.start_soon(wake_on, stop)
+
+    async def _gather_settling_tokens(self, lane: LaneRun) -> None:
         """Before a reserve, when every job in flight is being settled and handlers have
         lately been quicker than their acks, wait for those jobs' tokens until half the
         capacity (or ``max_jobs``) is free.
@@ -883,54 +1103,57 @@ class Worker(anyio.AsyncContextManagerMixin):
         right away keeps the handlers busy instead, so there is no wait. Cancelled with
         the reserve (shutdown).
         """
+        limiter = lane.limiter
+        assert limiter is not None
         if (
-            self._settle_time <= self._handler_time
-            or 1 + int(limiter.available_tokens) >= self._batch
-            or not self._runs
-            or self._settling < len(self._runs)
+            lane.settle_time <= lane.handler_time
+            or 1 + int(limiter.available_tokens) >= lane.batch
+            or not lane.runs
+            or lane.settling < len(lane.runs)
         ):
             return
-        # No job starts while this loop waits, so the jobs in flight are the ones waited for.
+        # No job of the lane starts while this loop waits, so the lane's jobs in flight
+        # are the ones waited for.
         try:
-            while self._runs and 1 + int(limiter.available_tokens) < self._batch:
-                token_back = self._token_back = anyio.Event()
+            while lane.runs and 1 + int(limiter.available_tokens) < lane.batch:
+                token_back = lane.token_back = anyio.Event()
                 await token_back.wait()
         finally:
-            self._token_back = None
+            lane.token_back = None
 
-    def _token_returned(self, limiter: anyio.CapacityLimiter) -> None:
+    @staticmethod
+    def _token_returned(lane: LaneRun) -> None:
         """A job's token is back: wake a reserve waiting on settling jobs once it has
         what it waits for."""
-        token_back = self._token_back
+        token_back = lane.token_back
+        limiter = lane.limiter
         if token_back is not None and (
-            not self._runs or 1 + int(limiter.available_tokens) >= self._batch
+            not lane.runs
+            or (limiter is not None and 1 + int(limiter.available_tokens) >= lane.batch)
         ):
             token_back.set()
 
-    async def _reserve(self, limiter: anyio.CapacityLimiter) -> list[Job] | None:
+    async def _reserve(self, lane: LaneRun, count: int) -> list[Job] | None:
         """One reserve; None after a failure (logged, backed off).
 
         Raises:
             UnauthenticatedError, UnknownQueuesError: refused before any reserve of this
                 run succeeded (a misconfigured worker; see the module docs).
         """
-        free = 1 + int(limiter.available_tokens)
-        count = free if self._max_jobs is None else min(self._max_jobs, free)
-        if self._jobs_left is not None:
-            count = min(count, self._jobs_left)
-        self._reserves += 1
+        lane.reserves += 1
         started = anyio.current_time()
         try:
             jobs = await self._client.reserve(
-                self._queues,
+                lane.lane.queues,
                 lease=self._lease,
-                wait=self._wait,
+                # until_idle: a short poll (an empty answer is what it waits for).
+                wait=0.0 if self._until_idle else self._wait,
                 max_jobs=count,
                 worker_id=self.worker_id,
             )
         except SeppError as exc:
-            self._reserve_errors += 1
-            self._lane_metrics.reserve_failed()
+            lane.reserve_errors += 1
+            self._lane_metrics[lane].reserve_failed()
             metrics = _otel.metrics()
             if metrics.enabled:
                 metrics.reserves_failed.add(1)
@@ -959,11 +1182,16 @@ class Worker(anyio.AsyncContextManagerMixin):
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
-        if not jobs and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2):
+        if (
+            not jobs
+            and not self._until_idle
+            and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2)
+        ):
             await self._pause(_EARLY_EMPTY_PAUSE)
         return jobs
 
-    async def _wait_for_cancelled_reserve(self) -> None:
+    @staticmethod
+    async def _wait_for_cancelled_reserve(lane: LaneRun) -> None:
         """If shutdown has cancelled a reserve that is still unwinding, wait until it has.
 
         A reserve cancelled here stays parked on the server until its stream reset
@@ -972,9 +1200,10 @@ class Worker(anyio.AsyncContextManagerMixin):
         which nobody reads: the job would sit out a whole lease (or be dead-lettered as
         LEASE_EXPIRED on its last attempt) instead of going to the next worker at once.
         The reserve's cleanup sends the reset before it unwinds, so waiting for that
-        puts the reset on the connection ahead of the nack.
+        puts the reset on the connection ahead of the nack. (Only the job's own lane
+        matters: the other lanes' reserves are for other queues.)
         """
-        scope, unwound = self._reserve_scope, self._reserve_unwound
+        scope, unwound = lane.reserve_scope, lane.reserve_unwound
         if scope is not None and scope.cancel_called and unwound is not None:
             await unwound.wait()
 
@@ -1011,29 +1240,33 @@ class Worker(anyio.AsyncContextManagerMixin):
 
     # ------------------------------------------------------------ one job
 
-    def _start_job(
-        self, tg: anyio.abc.TaskGroup, limiter: anyio.CapacityLimiter, token: object, job: Job
-    ) -> None:
-        run = JobRun(job.ctx)
+    def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
+        run = JobRun(job.ctx, lane=lane)
         if self._heartbeats:
             run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
+        lane.runs.add(run)
         self._max_seen = max(self._max_seen, len(self._runs))
-        tg.start_soon(self._job_task, limiter, token, job, run, name=f"sepp job {job.ctx.id}")
+        lane.max_seen = max(lane.max_seen, len(lane.runs))
+        tg.start_soon(self._job_task, lane, token, job, run, name=f"sepp job {job.ctx.id}")
 
-    async def _job_task(
-        self, limiter: anyio.CapacityLimiter, token: object, job: Job, run: JobRun
-    ) -> None:
+    async def _job_task(self, lane: LaneRun, token: object, job: Job, run: JobRun) -> None:
         try:
             await self._process(job, run)
         finally:
             self._runs.discard(run)
+            lane.runs.discard(run)
             if run.settling:
-                self._settling -= 1
-            limiter.release_on_behalf_of(token)
-            self._token_returned(limiter)
+                lane.settling -= 1
+            assert lane.limiter is not None
+            lane.limiter.release_on_behalf_of(token)
+            self._token_returned(lane)
             if not self._runs and self._idle is not None:
                 self._idle.set()
+            if self._job_done is not None:
+                self._finished += 1
+                self._job_done.set()
+                self._job_done = anyio.Event()
 
     async def _process(self, job: Job, run: JobRun) -> None:
         """Handle one job inside its CONSUMER span, with its log context and metrics."""
@@ -1055,8 +1288,8 @@ class Worker(anyio.AsyncContextManagerMixin):
         ):
             # Read once: the +1 and the -1 must go to the same place.
             measured = metrics.enabled
-            lane = self._lane_metrics
-            lane.job_started()
+            lane_metrics = self._lane_metrics[run.lane]
+            lane_metrics.job_started()
             started = anyio.current_time()
             if measured:
                 metrics.in_flight.add(1)
@@ -1064,19 +1297,30 @@ class Worker(anyio.AsyncContextManagerMixin):
             try:
                 outcome = await self._handle(job, run, span)
             finally:
-                lane.job_finished(ctx.job_type, outcome, anyio.current_time() - started)
+                lane_metrics.job_finished(ctx.job_type, outcome, anyio.current_time() - started)
                 if measured:
                     metrics.in_flight.add(-1)
                     metrics.duration.record(
                         anyio.current_time() - started,
                         {"job_type": ctx.job_type, "outcome": outcome},
                     )
+            if self._on_outcome is not None:
+                # Not reached when run() is cancelled from outside (nothing was settled).
+                await report_outcome(
+                    self._on_outcome,
+                    ctx,
+                    outcome_of(outcome, run),
+                    run.error,
+                    _JobLog(logger, {"ctx": ctx}),
+                )
 
     async def _handle(self, job: Job, run: JobRun, span: Any) -> str:
         """Run the handler and settle the job; return the outcome's name."""
         ctx = job.ctx
+        lane: LaneRun = run.lane
         log = _JobLog(logger, {"ctx": ctx})
         run.started = anyio.current_time()
+        ctx._state = self._state
         handler = self._calls.get(ctx.job_type) or self._catch_all_call
         if handler is None:
             delay = _failure_backoff(ctx.attempt)
@@ -1104,7 +1348,7 @@ class Worker(anyio.AsyncContextManagerMixin):
                             max_lease_time=self._max_lease_time,
                             wall_clock=self._client._wall_clock,
                             log=log,
-                            on_extended=self._lane_metrics.lease_extended,
+                            on_extended=self._lane_metrics[run.lane].lease_extended,
                         )
                     )
                     assert run.handler_scope is not None
@@ -1123,7 +1367,7 @@ class Worker(anyio.AsyncContextManagerMixin):
         # cancellation stands for.
         if run.lease_lost:
             # The job may already belong to another worker: it is not settled here.
-            self._lease_lost += 1
+            lane.lease_lost += 1
             log.error("lease lost (%s); the job is not settled here", run.lost_reason)
             _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
             _otel.mark_error(span, f"lease lost: {run.lost_reason}")
@@ -1135,7 +1379,7 @@ class Worker(anyio.AsyncContextManagerMixin):
             directive, reason = RetryDirective.default(), "timed out"
             log.warning(
                 "handler timed out after %gs; %s",
-                self._job_timeout,
+                self._timeouts.get(ctx.job_type, self._job_timeout),
                 _then_retry(ctx, _QUEUE_POLICY),
             )
             _otel.mark_error(span, reason)
@@ -1158,23 +1402,34 @@ class Worker(anyio.AsyncContextManagerMixin):
         directive and reason. Sets ``run.timed_out`` when ``job_timeout`` cut it short, and
         ``run.handler_done`` once it is over. Cancellation and non-``Exception`` errors
         propagate."""
+        # A typed task's own timeout wins over job_timeout; it covers the middleware too.
+        limit = self._timeouts.get(job.ctx.job_type, self._job_timeout)
+        middleware = self._middleware
         try:
-            if self._job_timeout is None:
-                await handler(job.payload, job.ctx)
+            if limit is None:
+                if middleware:
+                    await call_through(middleware, handler, job.payload, job.ctx)
+                else:
+                    await handler(job.payload, job.ctx)
             else:
-                with anyio.move_on_after(self._job_timeout) as timeout:
+                with anyio.move_on_after(limit) as timeout:
                     try:
-                        await handler(job.payload, job.ctx)
+                        if middleware:
+                            await call_through(middleware, handler, job.payload, job.ctx)
+                        else:
+                            await handler(job.payload, job.ctx)
                     finally:
                         # Read as the handler ends, inside the scope: set if the timeout
                         # fired, whether the handler let the cancellation out or not.
                         run.timed_out = timeout.cancel_called
         except HandlerError as exc:
+            run.error = exc
             if not self._overridden(run, log, exc):
                 log.info("%s", _handler_asked(exc, job.ctx))
                 _otel.mark_error(span, str(exc), exc)
             return exc.directive, exc.reason
         except Exception as exc:
+            run.error = exc
             delay = _failure_backoff(job.ctx.attempt)
             if not self._overridden(run, log, exc):
                 log.exception(
@@ -1213,36 +1468,37 @@ class Worker(anyio.AsyncContextManagerMixin):
         ``"settle_failed"`` (logged; the job will be redelivered).
         """
         ctx = run.ctx
+        lane: LaneRun = run.lane
         metrics = _otel.metrics()
         labels = {"job_type": ctx.job_type}
         run.settling = True
-        self._settling += 1
+        lane.settling += 1
         started = anyio.current_time()
-        self._handler_time += (started - run.started - self._handler_time) * _SMOOTHING
+        lane.handler_time += (started - run.started - lane.handler_time) * _SMOOTHING
         # One scope: shielded from outer cancellation, but cancelled by its own deadline.
         with anyio.CancelScope(shield=True, deadline=started + _SETTLE_TIMEOUT) as bound:
             try:
                 if directive is None:
                     await self._client.ack(ctx)
-                    self._processed += 1
+                    lane.processed += 1
                     if metrics.enabled:
                         metrics.processed.add(1, labels)
                     log.debug("acked")
                     return "ack"
-                await self._wait_for_cancelled_reserve()
+                await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
                 outcome = "dead_letter" if dead else "retry"
                 if metrics.enabled:
                     metrics.nacked.add(1, {**labels, "outcome": outcome})
                 if dead:
-                    self._nacked_dead += 1
+                    lane.nacked_dead += 1
                     log.warning("nacked; dead-lettered (%s)", reason or "no reason")
                 else:
-                    self._nacked_retry += 1
+                    lane.nacked_retry += 1
                     log.info("nacked for retry (%s)", reason or "no reason")
                 return outcome
             except JobNotFoundError:
-                self._settle_errors += 1
+                lane.settle_errors += 1
                 log.error(
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
@@ -1251,7 +1507,7 @@ class Worker(anyio.AsyncContextManagerMixin):
                 )
                 return "settle_failed"
             except SeppError as exc:
-                self._settle_errors += 1
+                lane.settle_errors += 1
                 log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
                     "ack" if directive is None else "nack",
@@ -1260,9 +1516,9 @@ class Worker(anyio.AsyncContextManagerMixin):
                 return "settle_failed"
             finally:
                 took = anyio.current_time() - started
-                self._settle_time += (took - self._settle_time) * _SMOOTHING
+                lane.settle_time += (took - lane.settle_time) * _SMOOTHING
         assert bound.cancelled_caught
-        self._settle_errors += 1
+        lane.settle_errors += 1
         log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
             "ack" if directive is None else "nack",

@@ -154,6 +154,26 @@ def test_second_signal_cancels_the_handlers(
     assert "Traceback" not in worker.output
 
 
+def test_burst_processes_what_is_ready_and_exits_0(
+    server: ServerProcess, jobs_dir: Path, queue: str
+) -> None:
+    job_ids = [_enqueue(server, queue, "work") for _ in range(3)]
+    with _worker(
+        server, jobs_dir, "user_jobs:handlers", "--queue", queue, "--burst", queue=queue
+    ) as worker:
+        try:
+            code = worker.wait(8)
+        except subprocess.TimeoutExpired:
+            worker.signal(signal.SIGINT)
+            worker.wait()
+            raise AssertionError(worker.output) from None
+        assert code == 0, worker.output
+    for job_id in job_ids:
+        assert f"finished {job_id}" in worker.output
+    assert "worker drained and stopped: 3 acked" in worker.output
+    assert _reserve(server, queue, wait=0.0) == []
+
+
 def test_async_generator_factory_sets_up_and_tears_down(
     server: ServerProcess, jobs_dir: Path, queue: str
 ) -> None:
@@ -165,7 +185,11 @@ def test_async_generator_factory_sets_up_and_tears_down(
         assert worker.wait() == 0, worker.output
     output = worker.output
     assert output.index("factory: setup") < output.index("ready: worker")
-    assert output.index("worker drained and stopped: 1 acked") < output.index("factory: teardown")
+    # The code after the yield is the worker's lifespan teardown: it runs inside run(),
+    # after the drain (the job is finished), before run() returns and the summary is logged.
+    teardown = output.index("factory: teardown")
+    assert output.index(f"finished {job_id}") < teardown
+    assert teardown < output.index("worker drained and stopped: 1 acked")
 
 
 @pytest.mark.parametrize("target", ["user_jobs:sync_factory", "user_jobs:Registry"])

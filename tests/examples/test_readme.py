@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,8 @@ def test_the_quick_start_runs(
     server = quick_start_server
     info = with_client(server.address, lambda client: client.server_info())
     assert info.dead_letter_retention_enabled  # so `dlq drain` has something to show
+    # The typed task both scripts import, beside them.
+    (tmp_path / "tasks.py").write_text(file_block("tasks.py"))
     producer = _script(tmp_path, "producer.py", server)
     produced = subprocess.run(
         [sys.executable, str(producer)],
@@ -225,7 +228,18 @@ def _readme_worker_module() -> dict[str, Any]:
     body, last = source.rstrip("\n").rsplit("\n", 1)
     assert last.startswith("anyio.run(main")
     namespace: dict[str, Any] = {"__name__": "readme_worker"}
-    exec(compile(body, "README.md worker.py", "exec"), namespace)
+    # Its ``from tasks import ...``: the README's tasks.py, as a module for the moment.
+    tasks = types.ModuleType("tasks")
+    exec(compile(file_block("tasks.py"), "README.md tasks.py", "exec"), tasks.__dict__)
+    saved = sys.modules.get("tasks")
+    sys.modules["tasks"] = tasks
+    try:
+        exec(compile(body, "README.md worker.py", "exec"), namespace)
+    finally:
+        if saved is None:
+            del sys.modules["tasks"]
+        else:
+            sys.modules["tasks"] = saved
     return namespace
 
 

@@ -5,34 +5,32 @@ error code; every other line must pass. The project's own mypy run checks this f
 (``warn_unused_ignores`` then fails on a mistake that went unnoticed); the test also checks
 a copy without the ignores and compares the errors line by line.
 
-``task`` stands in for ``Worker.task`` with the signature that decorator is meant to have.
+``Worker.task`` registers the handlers; ``JobCtx[AppState]`` types ``ctx.state`` with the
+worker's lifespan value, and a bare ``JobCtx`` stays valid.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 import pydantic
 from typing_extensions import TypedDict
 
-from sepp_anyio import Client, EnqueueAck, EnqueueRequest, JobCtx
-from sepp_anyio._task import Task
-
-T = TypeVar("T")
-TaskFn = Callable[[T, JobCtx], Awaitable[None] | None]
+from sepp_anyio import Client, EnqueueAck, EnqueueRequest, JobCtx, Outcome, Task, Worker
 
 
-def task(declared: Task[T]) -> Callable[[TaskFn[T]], TaskFn[T]]:
-    """The intended signature of ``Worker.task``."""
+@dataclasses.dataclass
+class AppState:
+    db: str
 
-    def register(fn: TaskFn[T]) -> TaskFn[T]:
-        declared.check_handler(fn)
-        return fn
 
-    return register
+@asynccontextmanager
+async def lifespan(worker: Worker[AppState]) -> AsyncIterator[AppState]:
+    yield AppState(db="pool")
 
 
 class Welcome(pydantic.BaseModel):
@@ -90,26 +88,46 @@ def consume(ctx: JobCtx) -> None:
     print(welcome, wrong, ctx)
 
 
-@task(send_welcome)
-async def handle_welcome(job: Welcome, ctx: JobCtx) -> None:
-    print(job.user, ctx.attempt)
+def register(client: Client) -> Worker[AppState]:
+    worker = Worker(client, ["emails", "shop"], lifespan=lifespan)
+    state: AppState = worker.state
+    not_state: int = worker.state  # type: ignore[assignment]
+    print(state, not_state)
+
+    @worker.task(send_welcome)
+    async def handle_welcome(job: Welcome, ctx: JobCtx[AppState]) -> None:
+        db: str = ctx.state.db
+        print(job.user, ctx.attempt, db)
+
+    @worker.task(refund)
+    def handle_refund_sync(job: Refund, ctx: JobCtx) -> None:
+        print(job.order, ctx.state.anything_goes)
+
+    @worker.task(tick)
+    async def handle_tick(job: Tick, ctx: JobCtx[AppState]) -> None:
+        print(ctx.state.cache)  # type: ignore[attr-defined]
+
+    @worker.task(send_welcome)  # type: ignore[arg-type]
+    async def handle_wrong_type(job: Refund, ctx: JobCtx) -> None:
+        print(job.order)
+
+    @worker.task(send_welcome)  # type: ignore[arg-type]
+    async def handle_without_ctx(job: Welcome) -> None:
+        print(job.user)
+
+    @worker.task(send_welcome)  # type: ignore[arg-type]
+    async def handle_returning(job: Welcome, ctx: JobCtx) -> int:
+        return job.user
+
+    @worker.task(send_welcome)  # type: ignore[arg-type]
+    async def handle_other_state(job: Welcome, ctx: JobCtx[int]) -> None:
+        print(ctx.state)
+
+    return worker
 
 
-@task(refund)
-def handle_refund_sync(job: Refund, ctx: JobCtx) -> None:
-    print(job.order)
+def plain_worker(client: Client) -> Worker:
+    def on_outcome(ctx: JobCtx, outcome: Outcome, error: BaseException | None) -> None:
+        print(ctx.id, outcome.name, error)
 
-
-@task(send_welcome)  # type: ignore[arg-type]
-async def handle_wrong_type(job: Refund, ctx: JobCtx) -> None:
-    print(job.order)
-
-
-@task(send_welcome)  # type: ignore[arg-type]
-async def handle_without_ctx(job: Welcome) -> None:
-    print(job.user)
-
-
-@task(send_welcome)  # type: ignore[arg-type]
-async def handle_returning(job: Welcome, ctx: JobCtx) -> int:
-    return job.user
+    return Worker(client, ["ops"], on_outcome=on_outcome)

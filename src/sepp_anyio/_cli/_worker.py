@@ -51,6 +51,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .. import _lifespan
 from .._client import Client
 from .._health import serve_health
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
@@ -147,6 +148,12 @@ def build_parser(prog: str) -> Parser:
         default=".",
         metavar="DIR",
         help="directory put first on sys.path to import TARGET from (default: .)",
+    )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="exit 0 once every queue is empty and nothing is in flight (jobs retried "
+        "with a backoff or scheduled for later are not waited for)",
     )
     add_connection_options(parser)
     worker = parser.add_argument_group("worker (handler registry only)")
@@ -371,10 +378,17 @@ async def _built_worker(
     factory = target.factory
     assert factory is not None
     if inspect.isasyncgenfunction(factory):
-        async with contextlib.AsyncExitStack() as stack:
-            with _registration_errors(target):
-                made = await stack.enter_async_context(asynccontextmanager(factory)(client))
-            yield _check_made(target, made)
+        # The code before the yield builds the worker; the code after it becomes the
+        # outermost part of the worker's lifespan, so it runs inside run(), after the
+        # drain. Leaving the remainder here covers a worker that never ran.
+        manager = asynccontextmanager(factory)(client)
+        with _registration_errors(target):
+            made = await manager.__aenter__()
+        remainder = _lifespan.Remainder(manager)
+        async with remainder:
+            worker = _check_made(target, made)
+            worker._lifespan = _lifespan.chained(remainder, worker._lifespan)
+            yield worker
         return
     with _registration_errors(target):
         made = factory(client)
@@ -422,7 +436,11 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
 
                 async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                     with _refusals_explained(worker):
-                        await worker.run(job_limit=args.max_jobs_per_child, task_status=task_status)
+                        await worker.run(
+                            until_idle=args.burst,
+                            job_limit=args.max_jobs_per_child,
+                            task_status=task_status,
+                        )
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
 
                 if args.health_port is not None:

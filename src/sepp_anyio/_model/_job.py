@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from ._checks import (
     check_seconds,
@@ -16,6 +16,18 @@ from ._checks import (
 from ._enqueue import CustomValue
 from ._payload import Payload
 from ._trace import TraceContext
+
+if TYPE_CHECKING:
+    # PEP 696 defaults: typing has them from 3.13 only, and they matter to type checkers
+    # alone (at run time a plain TypeVar subscripts the same way).
+    from typing_extensions import TypeVar
+
+    #: The type of a worker's lifespan state (``JobCtx.state``); ``Any`` when not given.
+    StateT_co = TypeVar("StateT_co", covariant=True, default=Any)
+else:
+    from typing import TypeVar
+
+    StateT_co = TypeVar("StateT_co", covariant=True)
 
 __all__ = ["Job", "JobCtx"]
 
@@ -37,11 +49,14 @@ class _LeaseLike(Protocol):
 
 
 @dataclass(slots=True, kw_only=True)
-class JobCtx:
+class JobCtx(Generic[StateT_co]):
     """Everything about a reserved job except its payload, and the handle on its lease.
 
     Built by the client for each job a reserve returns. All fields are informational
     except :attr:`lease_expires_at`, which :meth:`extend` keeps current.
+
+    Generic in the type of :attr:`state` (the worker's lifespan value): annotate
+    ``ctx: JobCtx[AppState]``; a bare ``JobCtx`` means ``JobCtx[Any]``.
     """
 
     #: The job's id (a UUID string).
@@ -65,6 +80,15 @@ class JobCtx:
     #: The worker id the job was reserved under, echoed on ack/nack/extend.
     worker_id: str | None = None
     _lease: _LeaseLike | None = field(default=None, repr=False, compare=False)
+    # Set by the worker before the handler runs (its lifespan's value).
+    _state: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def state(self) -> StateT_co:
+        """The value the worker's ``lifespan`` yielded (None for a worker without one,
+        and for a context that did not come through a worker)."""
+        state: StateT_co = self._state
+        return state
 
     async def extend(self, seconds: float) -> datetime:
         """Extend the lease to ``seconds`` from now and return the new expiry.

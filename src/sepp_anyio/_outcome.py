@@ -1,0 +1,115 @@
+"""What became of one delivery of a job, and the ``on_outcome`` hook that is told.
+
+The worker decides one :class:`Outcome` per delivery (one reserved attempt) and, when
+``Worker(on_outcome=...)`` is given, calls the hook once with ``(ctx, outcome, error)``
+after the ack or nack has been answered (or has failed). The hook observes: whatever it
+does or raises, the job's outcome is already settled. Its exceptions are logged at ERROR
+and swallowed; a cancellation is not swallowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from ._model._error_root import InvalidArgumentTypeError
+from ._model._job import JobCtx
+
+if TYPE_CHECKING:
+    from ._lease import JobRun
+
+__all__ = ["Outcome", "OutcomeHook", "check_outcome_hook", "outcome_of", "report_outcome"]
+
+
+class Outcome(enum.Enum):
+    """What became of one delivery of a job (see ``Worker(on_outcome=...)``)."""
+
+    #: The handler returned and the ack was answered.
+    ACKED = "acked"
+    #: Nacked for another attempt (a handler error, ``HandlerError.retry``, no handler).
+    RETRIED = "retried"
+    #: Nacked and dead-lettered, as the server's reply says: a permanent failure, an
+    #: unreadable or invalid payload, or a failure on the job's last attempt.
+    DEAD_LETTERED = "dead_lettered"
+    #: The lease was lost while the handler ran: the job is not settled by this worker.
+    LEASE_LOST = "lease_lost"
+    #: The handler ran past its timeout (``Task(timeout=)`` or ``job_timeout``) and the job
+    #: was nacked for retry.
+    TIMED_OUT = "timed_out"
+    #: The worker cancelled the handler while shutting down (``drain_timeout`` or
+    #: ``cancel_in_flight()``) and nacked the job for an immediate retry elsewhere.
+    RELEASED = "released"
+    #: The ack or nack itself failed (a silently expired lease, the server unreachable
+    #: within the settle timeout): the server redelivers the job after its lease.
+    SETTLE_FAILED = "settle_failed"
+
+
+#: ``on_outcome(ctx, outcome, error)``: ``async def`` or plain ``def`` (a plain one runs on
+#: the event loop, so it must not block). ``error`` is the handler's or a middleware's
+#: exception when there was one, else None.
+OutcomeHook: TypeAlias = Callable[
+    [JobCtx[Any], Outcome, BaseException | None], Awaitable[None] | None
+]
+
+
+def check_outcome_hook(hook: object) -> OutcomeHook | None:
+    """The ``on_outcome`` argument, checked.
+
+    Raises:
+        InvalidArgumentTypeError: it is neither None nor callable.
+    """
+    if hook is not None and not callable(hook):
+        raise InvalidArgumentTypeError(
+            f"on_outcome must be callable as on_outcome(ctx, outcome, error), got a "
+            f"{type(hook).__name__}"
+        )
+    return hook
+
+
+async def report_outcome(
+    hook: OutcomeHook,
+    ctx: JobCtx[Any],
+    outcome: Outcome,
+    error: BaseException | None,
+    log: logging.LoggerAdapter[logging.Logger],
+) -> None:
+    """Call ``hook`` once; log (never raise) an ``Exception`` it raises.
+
+    Cancellation propagates (the worker only cancels a job's task when ``run()`` itself is
+    cancelled, and then no outcome is reported).
+    """
+    try:
+        result = hook(ctx, outcome, error)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("on_outcome raised while reporting %s; the outcome stands", outcome.name)
+
+
+_SETTLED = {
+    "ack": Outcome.ACKED,
+    "dead_letter": Outcome.DEAD_LETTERED,
+    "settle_failed": Outcome.SETTLE_FAILED,
+    "lease_lost": Outcome.LEASE_LOST,
+}
+
+
+def outcome_of(name: str, run: JobRun) -> Outcome:
+    """The :class:`Outcome` of a job the worker settled as ``name`` (its internal name:
+    ``ack``, ``retry``, ``dead_letter``, ``settle_failed``, ``lease_lost``).
+
+    A nack for retry is ``TIMED_OUT`` or ``RELEASED`` when the worker's timeout or its
+    shutdown decided it; a dead-lettered one is ``DEAD_LETTERED`` whatever decided it
+    (the server's reply says what became of the job).
+    """
+    settled = _SETTLED.get(name)
+    if settled is not None:
+        return settled
+    if run.timed_out:
+        return Outcome.TIMED_OUT
+    if run.stop_reason is not None:
+        return Outcome.RELEASED
+    return Outcome.RETRIED
