@@ -71,6 +71,8 @@ _NO_SCOPE = contextlib.nullcontext()
 _MAX_RESENDS = 20
 _RESEND_BACKOFF = 0.01
 _RESEND_BACKOFF_MAX = 0.5
+# Statuses a server may answer with once the deadline it was sent has passed.
+_DEADLINE_VERDICTS = frozenset({Status.DEADLINE_EXCEEDED, Status.UNKNOWN, Status.CANCELLED})
 # Bound on the checkpoints _deliver_expired_deadline takes; the backend cancels an expired
 # scope within an event-loop iteration or two.
 _DEADLINE_SPINS = 100
@@ -565,12 +567,14 @@ class Stream:
 
         DEADLINE_EXCEEDED from the server is usually its verdict on the deadline we sent it:
         when that was the caller's and it has passed, the caller's cancellation wins (an
-        ambient deadline is never converted into an error).
+        ambient deadline is never converted into an error). So for UNKNOWN and CANCELLED,
+        what grpclib's server answers when the deadline it was sent had passed before the
+        handler started (a deadline of a millisecond, under load).
         """
         try:
             _raise_for_status(headers)
         except GRPCError as exc:
-            if exc.status is Status.DEADLINE_EXCEEDED:
+            if exc.status in _DEADLINE_VERDICTS:
                 await _deliver_expired_deadline()
             raise
 
