@@ -196,6 +196,17 @@ _NOT_RUNTIME = {
     # type checkers resolve it from their bundled typeshed stubs, installed or not.
     "typing_extensions": "imported only by type checkers (if TYPE_CHECKING)",
 }
+# Imported by the reference server's grpclib glue only, until the server moves to our
+# own HTTP/2 core (issue 16): grpclib (a runtime requirement, pinned) requires h2, which
+# requires hyperframe. Exactly these files; the client must not import them at all.
+_SERVER_GRPCLIB_GLUE = {
+    "h2": {
+        "src/sepp_anyio/server/_network.py",
+        "src/sepp_anyio/server/_service.py",
+        "src/sepp_anyio/_transport/_h2quiet.py",
+    },
+    "hyperframe": {"src/sepp_anyio/_transport/_h2quiet.py"},
+}
 # The generated code imports betterproto2's own runtime requirements.
 _GENERATED = SRC / "_proto"
 
@@ -229,6 +240,13 @@ def test_every_imported_distribution_is_a_runtime_requirement() -> None:
     undeclared = {}
     for module, paths in imports.items():
         if module in _NOT_RUNTIME:
+            continue
+        if module in _SERVER_GRPCLIB_GLUE:
+            assert paths <= _SERVER_GRPCLIB_GLUE[module], (
+                f"{module} imported outside the server's grpclib glue: "
+                f"{sorted(paths - _SERVER_GRPCLIB_GLUE[module])}"
+            )
+            assert "grpclib" in declared
             continue
         distributions = {canonicalize_name(name) for name in providers.get(module, [])}
         if not distributions & declared:

@@ -352,3 +352,17 @@ def test_max_concurrent_streams_unlimited_when_the_server_sets_none() -> None:
     assert conn.peer_max_concurrent_streams == 1 << 32
     conn.receive_data(Peer.settings({3: 5}), 0.0)
     assert conn.peer_max_concurrent_streams == 5
+
+
+def test_encoder_table_shows_what_our_headers_indexed() -> None:
+    conn = client()
+    assert not conn.encoder_table
+    conn.open_stream(
+        [*REQUEST, (b"x-constant", b"1")],
+        extra=[(b"grpc-timeout", b"5m")],
+        end_stream=True,
+    )
+    table = conn.encoder_table
+    assert table[0] == (b"x-constant", b"1")
+    # Never-indexed extras stay out of the table.
+    assert all(name != b"grpc-timeout" for name, _ in table)

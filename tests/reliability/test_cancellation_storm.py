@@ -185,10 +185,10 @@ async def test_a_long_lived_connection_remembers_only_reset_streams() -> None:
             for _ in range(500):
                 await client.server_info()
             conn = channel._conn
-            assert len(conn.h2._closed_streams) == 0
+            assert conn.h2.remembered_resets == 0
             for _ in range(50):
                 with anyio.move_on_after(0.001):
                     await client.reserve(["mem"], lease=1.0, wait=1.0)
-            assert 0 < len(conn.h2._closed_streams) <= 50
+            assert 0 < conn.h2.remembered_resets <= 50
             assert (await client.server_info()).version
             assert channel._conn is conn and conn.failure is None

@@ -389,6 +389,12 @@ class Connection:
         return self._glitches.tokens
 
     @property
+    def encoder_table(self) -> tuple[tuple[bytes, bytes], ...]:
+        """Our HPACK encoder's dynamic table, newest entry first (what the headers we
+        sent have indexed)."""
+        return self._encoder.dynamic_entries
+
+    @property
     def remembered_resets(self) -> int:
         """How many streams we reset are remembered."""
         return len(self._resets)

@@ -167,6 +167,11 @@ class HeaderEncoder:
             return block + never_indexed(extra)
         return block
 
+    @property
+    def dynamic_entries(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The encoder's dynamic table, newest entry first."""
+        return tuple(self._encoder.header_table.dynamic_entries)
+
     def _encode(self, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
         self._resized = False
         return self._encoder.encode(headers, huffman=True)

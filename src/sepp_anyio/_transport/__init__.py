@@ -1,4 +1,4 @@
-"""anyio-native gRPC over HTTP/2 (``h2``): the transport under the client.
+"""anyio-native gRPC over HTTP/2 (our own ``_http2`` core): the transport under the client.
 
 Private. The generated stubs take a :class:`Channel` in place of grpclib's;
 errors are grpclib ``GRPCError``s, which the client translates.

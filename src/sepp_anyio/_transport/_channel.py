@@ -33,7 +33,6 @@ import anyio
 from anyio.streams.tls import TLSAttribute
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
-from hpack import NeverIndexedHeaderTuple
 
 from .._model._error_root import InvalidArgumentError
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
@@ -141,12 +140,13 @@ class Channel:
             (b"content-type", b"application/grpc+proto"),
             (b"user-agent", user_agent.encode("ascii")),
         ]
-        # Credentials are never indexed (HPACK's advice for secrets); other
-        # constant metadata is, like the fixed headers.
+        # Credentials are never indexed (HPACK's advice for secrets): they go with
+        # the per-call headers, which are sent as literals never indexed. Other
+        # constant metadata is indexed, like the fixed headers.
         encoded = encode_metadata(metadata)
         self._indexed_metadata = [(k, v) for k, v in encoded if k != b"authorization"]
         self._base_metadata: list[tuple[bytes, bytes]] = [
-            NeverIndexedHeaderTuple(k, v) for k, v in encoded if k == b"authorization"
+            (k, v) for k, v in encoded if k == b"authorization"
         ]
         self._paths: dict[str, bytes] = {}
 
@@ -184,7 +184,7 @@ class Channel:
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             for conn in list(self._connections):
                 if conn.failure is None:
-                    conn.h2.close_connection()
+                    conn.goodbye()
                     await conn.flush()
         for conn in list(self._connections):
             conn.close_soon()
@@ -229,9 +229,7 @@ class Channel:
         if metadata:
             # Per-call values (traceparent, ...) change on every call: kept out
             # of the HPACK table like grpc-timeout (see request_headers).
-            call_metadata = call_metadata + [
-                NeverIndexedHeaderTuple(key, value) for key, value in encode_metadata(metadata)
-            ]
+            call_metadata = call_metadata + encode_metadata(metadata)
         return Stream(
             self,
             name,
@@ -248,12 +246,14 @@ class Channel:
         timeout: bytes | None,
         stable_timeout: bool,
         metadata: list[tuple[bytes, bytes]],
-    ) -> tuple[list[tuple[bytes, bytes]], int]:
-        """The request's headers, and how many leading ones are the same on every call.
+    ) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        """The request's headers: the ones that are the same on every call of ``path``
+        (with this stable timeout), and the per-call ones.
 
-        Constant first (pseudo-headers, fixed headers, constant metadata), then
-        what varies per call: the connection's encoder caches the encoding of
-        the constant part.
+        The constant ones (pseudo-headers, fixed headers, constant metadata) go
+        through the HPACK table, and the connection's encoder caches their encoding;
+        the per-call ones (a grpc-timeout that changes every call, credentials,
+        per-call metadata) are sent as literals never indexed.
         """
         raw_path = self._paths.get(path)
         if raw_path is None:
@@ -270,15 +270,15 @@ class Channel:
             # The same on every call with this timeout (whole seconds): indexed once,
             # then a one-byte reference like the headers above.
             headers.append((b"grpc-timeout", timeout))
-        constant = len(headers)
+        extra: list[tuple[bytes, bytes]] = []
         if timeout is not None and not stable_timeout:
             # A different value on every call: indexing it would fill the
             # HPACK dynamic table with dead entries and evict the constant
             # headers, which are otherwise sent as one-byte references.
-            headers.append(NeverIndexedHeaderTuple(b"grpc-timeout", timeout))
+            extra.append((b"grpc-timeout", timeout))
         if metadata:
-            headers += metadata
-        return headers, constant
+            extra += metadata
+        return headers, extra
 
     # ------------------------------------------------------------ connections
 

@@ -1,13 +1,14 @@
 """One HTTP/2 connection to a gRPC server, driven by anyio.
 
-A :class:`Connection` wraps a connected byte stream and an ``h2`` state
-machine. Its :meth:`Connection.run` task (owned by the channel's task group)
-reads frames and dispatches them to the calls waiting on them; a second task
-sends keepalive PINGs. Callers never read from the socket themselves.
+A :class:`Connection` wraps a connected byte stream and our own sans-IO HTTP/2
+connection (:class:`sepp_anyio._http2.Connection`, client role). Its
+:meth:`Connection.run` task (owned by the channel's task group) reads frames and
+dispatches their events to the calls waiting on them; a second task sends
+keepalive PINGs. Callers never read from the socket themselves.
 
 Invariants that keep a shared connection healthy:
 
-* All h2 state changes happen synchronously between awaits, and every write
+* All HTTP/2 state changes happen synchronously between awaits, and every write
   goes through :meth:`Connection.flush`, which runs shielded: a cancelled
   caller can never leave half a frame on the wire (trio would mark the stream
   broken, and the peer would see garbage).
@@ -22,6 +23,9 @@ Invariants that keep a shared connection healthy:
   hostile server cannot make it buffer more than one message plus its
   prefix); waiting for the consumer before acknowledging is what deadlocked
   the lab prototype on messages larger than the window.
+* The reader stops reading while the HTTP/2 connection's queued output is over
+  its bound (``should_pause_reading``): a server that sends and never reads
+  cannot make our replies (PING and SETTINGS ACKs, WINDOW_UPDATEs) pile up.
 """
 
 from __future__ import annotations
@@ -29,41 +33,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.frame_buffer
-import h2.settings
-import h2.stream
-import h2.utilities
-import hpack
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from hyperframe.frame import (
-    Frame,
-    GoAwayFrame,
-)
 
+from .. import _http2
+from .._http2 import ErrorCode
 from ._framing import (
     CompressedMessageError,
     ExtraMessageError,
     MessageDecoder,
     MessageTooLargeError,
 )
-from ._h2quiet import install_quiet_frames
 from ._malformed import MalformedReplyError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable, Sequence
+
+    from .._http2 import Headers
 
 __all__ = ["CallState", "Connection"]
 
@@ -73,410 +65,49 @@ logger = logging.getLogger("sepp_anyio.transport")
 # trickle of WINDOW_UPDATE round trips; these are the values the lab measured.
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 16 << 20
+# The largest header list (response headers, trailers) we accept, advertised as
+# SETTINGS_MAX_HEADER_LIST_SIZE: what the transport accepted on h2 (1 MiB), with
+# the HPACK decoder's own bound above it.
+MAX_HEADER_LIST_SIZE = 1 << 20
+_LIMITS = _http2.Limits(
+    max_header_list_size=MAX_HEADER_LIST_SIZE,
+    max_decoded_header_bytes=2 * MAX_HEADER_LIST_SIZE,
+    max_header_block_bytes=MAX_HEADER_LIST_SIZE,
+    max_continuations=(MAX_HEADER_LIST_SIZE >> 14) + 1,
+)
 _READ_SIZE = 1 << 18
 _NO_SCOPE = contextlib.nullcontext()
 
 _RST_TO_STATUS = {
-    h2.errors.ErrorCodes.NO_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.PROTOCOL_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.INTERNAL_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.FLOW_CONTROL_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.SETTINGS_TIMEOUT: Status.INTERNAL,
-    h2.errors.ErrorCodes.FRAME_SIZE_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.REFUSED_STREAM: Status.UNAVAILABLE,
-    h2.errors.ErrorCodes.CANCEL: Status.CANCELLED,
-    h2.errors.ErrorCodes.COMPRESSION_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.CONNECT_ERROR: Status.INTERNAL,
-    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: Status.RESOURCE_EXHAUSTED,
-    h2.errors.ErrorCodes.INADEQUATE_SECURITY: Status.PERMISSION_DENIED,
-    h2.errors.ErrorCodes.HTTP_1_1_REQUIRED: Status.INTERNAL,
+    ErrorCode.NO_ERROR: Status.INTERNAL,
+    ErrorCode.PROTOCOL_ERROR: Status.INTERNAL,
+    ErrorCode.INTERNAL_ERROR: Status.INTERNAL,
+    ErrorCode.FLOW_CONTROL_ERROR: Status.INTERNAL,
+    ErrorCode.SETTINGS_TIMEOUT: Status.INTERNAL,
+    ErrorCode.FRAME_SIZE_ERROR: Status.INTERNAL,
+    ErrorCode.REFUSED_STREAM: Status.UNAVAILABLE,
+    ErrorCode.CANCEL: Status.CANCELLED,
+    ErrorCode.COMPRESSION_ERROR: Status.INTERNAL,
+    ErrorCode.CONNECT_ERROR: Status.INTERNAL,
+    ErrorCode.ENHANCE_YOUR_CALM: Status.RESOURCE_EXHAUSTED,
+    ErrorCode.INADEQUATE_SECURITY: Status.PERMISSION_DENIED,
+    ErrorCode.HTTP_1_1_REQUIRED: Status.INTERNAL,
 }
 
 
 def status_for_reset(code: int) -> Status:
     """The gRPC status for a stream the server reset with ``code``."""
     try:
-        return _RST_TO_STATUS[h2.errors.ErrorCodes(code)]
+        return _RST_TO_STATUS[ErrorCode(code)]
     except ValueError:
         return Status.INTERNAL
 
 
-_CLOSED_BY_RESET = frozenset(
-    {h2.stream.StreamClosedBy.SEND_RST_STREAM, h2.stream.StreamClosedBy.RECV_RST_STREAM}
-)
-
-
-class _ResetStreams(dict[int, "h2.stream.StreamClosedBy | None"]):
-    """h2's record of closed streams, keeping only the streams closed by RST_STREAM.
-
-    h2 remembers how each of the last 65,536 closed streams was closed (11 MiB at
-    that size), so that a late frame on a stream closed by a reset is a stream error
-    rather than a connection error. A frame on a stream that ended normally is a
-    connection error whether it is remembered or not: only resets are worth the
-    memory. Without this, every long-lived connection grew by 11 MiB over its first
-    65,536 calls.
-    """
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self._limit = limit
-
-    def __setitem__(self, stream_id: int, closed_by: h2.stream.StreamClosedBy | None) -> None:
-        if closed_by not in _CLOSED_BY_RESET:
-            return
-        super().__setitem__(stream_id, closed_by)
-        if len(self) > self._limit:
-            del self[next(iter(self))]
-
-
-_FRAME_HEADER = struct.Struct(">HBBBL")
-_DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
-_END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20
-_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
-# The stream states in which a received DATA or HEADERS frame is not a closed-stream case.
-_RECEIVING = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL})
-
-
-class _H2Connection(h2.connection.H2Connection):
-    """h2's connection, with graceful GOAWAY handling on the receiving side.
-
-    h2 closes its state machine on *any* GOAWAY, drops our queued output and
-    then treats every later frame as a protocol error, including the frames
-    of calls the server promised to finish (those up to last_stream_id). A
-    graceful GOAWAY (NO_ERROR) allows exactly those, so for it we keep the
-    machine open and the output intact; ``Connection.draining`` makes sure
-    no new stream is started on the connection afterwards. This has to
-    happen while h2 parses the frame: frames after the GOAWAY often arrive
-    in the same read.
-
-    Its record of closed streams keeps only reset ones (see ``_ResetStreams``).
-    """
-
-    def __init__(self, config: h2.config.H2Configuration) -> None:
-        super().__init__(config=config)
-        self._closed_streams = _ResetStreams(self.MAX_CLOSED_STREAMS)
-        self.decoder = _CachingDecoder()
-        self.decoder.max_header_list_size = self.DEFAULT_MAX_HEADER_LIST_SIZE
-        install_quiet_frames(self)
-
-    def has_data_to_send(self) -> bool:
-        """Whether :meth:`data_to_send` would return anything (without taking it)."""
-        return bool(self._data_to_send)
-
-    # h2 reads this before opening each stream: it walks every stream it knows to
-    # count the open ones (and forgets the closed ones on the way), O(streams in
-    # flight) per call. Its check is redundant here: Connection never opens a
-    # stream without a slot under the peer's MAX_CONCURRENT_STREAMS
-    # (acquire_slot), and a call's slot is freed only after its stream has closed.
-    # So the walk runs only every _CULL_EVERY new streams, to forget closed ones.
-    _CULL_EVERY = 32
-    _new_streams = 0
-
-    @property
-    def open_outbound_streams(self) -> int:
-        self._new_streams += 1
-        if self._new_streams % self._CULL_EVERY == 0:
-            self._open_streams(int(self.config.client_side))
-        return 0
-
-    def _begin_new_stream(
-        self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
-    ) -> h2.stream.H2Stream:
-        stream = super()._begin_new_stream(stream_id, allowed_ids)
-        if type(stream) is h2.stream.H2Stream:
-            stream.__class__ = _FastStream
-        return stream
-
-    # Received frames a unary call lives on: h2's general path parses each into a
-    # hyperframe object (flag sets, padding fields), dispatches it through the
-    # connection, and only then reaches the stream: about 15 microseconds a frame,
-    # three frames a call. receive_data hands these straight to the stream (h2's
-    # own H2Stream.receive_data/receive_headers, so the stream semantics are h2's)
-    # when nothing unusual is going on; everything else, and everything after the
-    # first frame that isn't such a frame, goes through h2's path unchanged.
-    # _fast_receive is a switch for the differential test.
-    _fast_receive = True
-
-    def receive_data(self, data: Any) -> list[h2.events.Event]:
-        buffer = self.incoming_buffer
-        if (
-            not self._fast_receive
-            or buffer._data
-            or buffer._headers_buffer
-            or self.state_machine.state is not _CLIENT_OPEN
-            or not isinstance(data, bytes)
-        ):
-            return super().receive_data(data)
-        events: list[h2.events.Event] = []
-        streams = self.streams
-        max_frame = self.max_inbound_frame_size
-        size = len(data)
-        pos = 0
-        while size - pos >= 9:
-            high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(data, pos)
-            length = (high << 8) | low
-            end = pos + 9 + length
-            if end > size or length > max_frame:
-                break
-            if kind == _DATA:
-                if flags & _PADDED:
-                    break
-            elif kind == _HEADERS:
-                if flags & (_PADDED | _PRIORITY) or not flags & _END_HEADERS:
-                    break
-            else:
-                break
-            stream = streams.get(stream_id & 0x7FFFFFFF)
-            if stream is None or stream.state_machine.state not in _RECEIVING:
-                break
-            try:
-                if kind == _DATA:
-                    # As h2's _receive_data_frame, with the connection known to be open.
-                    self._inbound_flow_control_window_manager.window_consumed(length)
-                    events += stream.receive_data(
-                        data[pos + 9 : end], bool(flags & _END_STREAM), length
-                    )[1]
-                else:
-                    # As h2's _receive_headers_frame for a stream we opened.
-                    headers = h2.connection._decode_headers(self.decoder, data[pos + 9 : end])
-                    events += stream.receive_headers(
-                        headers, bool(flags & _END_STREAM), self.config.header_encoding
-                    )[1]
-            except h2.exceptions.ProtocolError as exc:
-                # h2's frame buffer would still hold the frames after this one.
-                buffer.add_data(data[end:])
-                self._terminate_connection(exc.error_code)
-                raise
-            pos = end
-        if pos < size:
-            events += super().receive_data(data[pos:] if pos else data)
-        return events
-
-    def _receive_goaway_frame(
-        self, frame: GoAwayFrame
-    ) -> tuple[list[Frame], list[h2.events.Event]]:
-        if frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
-            return super()._receive_goaway_frame(frame)
-        event = h2.events.ConnectionTerminated()
-        event.error_code = h2.errors.ErrorCodes.NO_ERROR
-        event.last_stream_id = frame.last_stream_id
-        event.additional_data = frame.additional_data or None
-        return [], [event]
-
-
-class _RawFrame:
-    """A frame already in wire form, for ``H2Connection._prepare_for_sending`` (which
-    needs only ``serialize()`` and ``body_len``)."""
-
-    __slots__ = ("_wire", "body_len")
-
-    def __init__(self, kind: int, flags: int, stream_id: int, body: bytes) -> None:
-        length = len(body)
-        self.body_len = length
-        self._wire = (
-            _FRAME_HEADER.pack(length >> 8, length & 0xFF, kind, flags, stream_id & 0x7FFFFFFF)
-            + body
-        )
-
-    def serialize(self) -> bytes:
-        return self._wire
-
-
-class _FastStream(h2.stream.H2Stream):
-    """h2's stream, sending a client's HEADERS and DATA frames without building
-    hyperframe objects for them.
-
-    With header validation and normalisation off (our configuration), h2's own
-    path does the same state transitions and flow-control accounting, then
-    builds frame objects (flags sets, padding fields) only to serialise them at
-    once: about a third of the cost of starting a unary call. Here the same
-    transitions and accounting happen and the frames are written directly.
-    Anything else (server side, padding, validation on) takes h2's path.
-    tests/transport/test_h2_speedups.py checks the bytes and the stream state
-    against h2's own path.
-    """
-
-    def send_headers(self, headers: Any, encoder: Any, end_stream: bool = False) -> Any:
-        config = self.config
-        if (
-            not config.client_side
-            or config.validate_outbound_headers
-            or config.normalize_outbound_headers
-        ):
-            return super().send_headers(headers, encoder, end_stream)
-        # The state changes before encoding, as in h2: encoding changes the
-        # compression context irreversibly.
-        self.state_machine.process_input(h2.stream.StreamInputs.SEND_HEADERS)
-        block = encoder.encode(headers)
-        size = self.max_outbound_frame_size or len(block) or 1
-        flags = _END_STREAM if end_stream else 0
-        if end_stream:
-            self.state_machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
-        if len(block) <= size:
-            frames = [_RawFrame(_HEADERS, flags | _END_HEADERS, self.stream_id, block)]
-        else:
-            chunks = [block[i : i + size] for i in range(0, len(block), size)]
-            frames = [_RawFrame(_HEADERS, flags, self.stream_id, chunks[0])]
-            for chunk in chunks[1:-1]:
-                frames.append(_RawFrame(_CONTINUATION, 0, self.stream_id, chunk))
-            frames.append(_RawFrame(_CONTINUATION, _END_HEADERS, self.stream_id, chunks[-1]))
-        if self.state_machine.trailers_sent and not end_stream:
-            raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set.")
-        if self._authority is None:
-            self._authority = h2.utilities.authority_from_headers(headers)
-        self.request_method = h2.utilities.extract_method_header(headers)
-        return frames
-
-    def send_data(
-        self, data: bytes | memoryview, end_stream: bool = False, pad_length: int | None = None
-    ) -> Any:
-        if pad_length is not None:
-            return super().send_data(data, end_stream, pad_length)
-        self.state_machine.process_input(h2.stream.StreamInputs.SEND_DATA)
-        body = data.tobytes() if isinstance(data, memoryview) else data
-        flags = 0
-        if end_stream:
-            self.state_machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
-            flags = _END_STREAM
-        self.outbound_flow_control_window -= len(body)
-        assert self.outbound_flow_control_window >= 0 or not body
-        return [_RawFrame(_DATA, flags, self.stream_id, body)]
-
-
-class _CachingDecoder(hpack.Decoder):
-    """An HPACK decoder that remembers the headers of small header blocks made of
-    references only.
-
-    A gRPC server answers every unary call with the same response headers
-    (``:status``, ``content-type``) and, when all is well, the same trailers
-    (``grpc-status: 0``); once those are in the dynamic table, each block is a
-    few index bytes, identical call after call. Decoding them again costs h2
-    about 10 microseconds a block. A block whose decoding left the dynamic table
-    unchanged decodes the same way for as long as the table does not change, so
-    its result is cached keyed by its bytes and by a version number that every
-    insertion into, or eviction from, the table bumps.
-    """
-
-    _MAX_CACHED_BLOCK = 64
-    _MAX_ENTRIES = 64
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._version = 0
-        table = self.header_table
-        original_add = table.add
-        original_shrink = table._shrink
-
-        def add(name: bytes, value: bytes) -> Any:
-            self._version += 1
-            return original_add(name, value)
-
-        def shrink() -> None:
-            self._version += 1
-            original_shrink()
-
-        table.add = add  # type: ignore[method-assign]
-        table._shrink = shrink  # type: ignore[method-assign]
-        self._cache: dict[bytes, tuple[int, list[Any]]] = {}
-
-    def decode(self, data: bytes, raw: bool = False) -> Any:
-        if not raw or len(data) > self._MAX_CACHED_BLOCK:
-            return super().decode(data, raw)
-        key = bytes(data)
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] == self._version:
-            return list(cached[1])
-        before = self._version
-        headers = super().decode(data, raw)
-        if self._version == before:
-            if len(self._cache) >= self._MAX_ENTRIES:
-                self._cache.clear()
-            self._cache[key] = (before, list(headers))
-        return headers
-
-
-class _CachingEncoder(hpack.Encoder):
-    """An HPACK encoder that reuses the encoding of each request's constant headers.
-
-    A request's headers are a constant part (pseudo-headers, te, content-type,
-    user-agent, constant metadata: the same for every call of a method) and a
-    per-call part (grpc-timeout, traceparent, ...), which the channel sends as
-    never-indexed literals, so they never change the dynamic table. Once the
-    constant headers are all in the table, encoding them yields references
-    only, and as long as nothing is added to the table those bytes are the
-    same every time: they are cached per method, keyed by a version number
-    that every table insertion bumps. This removes most of the encoding cost
-    of a unary call (h2's encoder is pure Python and searches the table for
-    every header).
-
-    The caller announces the constant prefix with :meth:`expect_prefix` right
-    before ``h2.send_headers`` (which encodes synchronously).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._version = 0
-        original_add = self.header_table.add
-
-        def add(name: bytes, value: bytes) -> Any:
-            self._version += 1
-            return original_add(name, value)
-
-        self.header_table.add = add  # type: ignore[method-assign]
-        self._cache: dict[bytes, tuple[int, bytes]] = {}
-        self._prefix: tuple[bytes, int] | None = None
-
-    def expect_prefix(self, key: bytes, count: int) -> None:
-        """The next header block starts with ``count`` constant headers named by ``key``."""
-        self._prefix = (key, count)
-
-    def encode(self, headers: Any, huffman: bool = True) -> bytes:
-        prefix, self._prefix = self._prefix, None
-        if prefix is None or self.header_table.resized or not isinstance(headers, list):
-            return super().encode(headers, huffman)
-        key, count = prefix
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] == self._version:
-            head = cached[1]
-        else:
-            before = self._version
-            head = super().encode(headers[:count], huffman)
-            if self._version == before:
-                # Pure references: valid until the next insertion.
-                self._cache[key] = (before, head)
-        if len(headers) > count:
-            return head + self._encode_per_call(headers[count:])
-        return head
-
-    def _encode_per_call(self, headers: list[Any]) -> bytes:
-        """The per-call headers (grpc-timeout, trace context, call metadata), which the
-        channel marks never-indexed: literals that never touch the dynamic table, so
-        they are written directly (RFC 7541 6.2.3, literal name, no Huffman coding)
-        instead of through hpack's table search, about 4% of a worker's CPU."""
-        out = bytearray()
-        for header in headers:
-            if not isinstance(header, hpack.NeverIndexedHeaderTuple):
-                return bytes(super().encode(headers, huffman=False))
-            name, value = header
-            out.append(0x10)
-            _append_hpack_string(out, name)
-            _append_hpack_string(out, value)
-        return bytes(out)
-
-
-def _append_hpack_string(out: bytearray, data: bytes) -> None:
-    """An HPACK string literal without Huffman coding: 7-bit-prefix length, then bytes."""
-    length = len(data)
-    if length < 127:
-        out.append(length)
-    else:
-        out.append(127)
-        length -= 127
-        while length >= 128:
-            out.append((length & 0x7F) | 0x80)
-            length >>= 7
-        out.append(length)
-    out += data
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"{code:#x}"
 
 
 class CallState:
@@ -503,8 +134,8 @@ class CallState:
         self, stream_id: int, max_message_size: int, max_messages: int | None = None
     ) -> None:
         self.stream_id = stream_id
-        self.headers: list[tuple[bytes, bytes]] | None = None
-        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.headers: Headers | None = None
+        self.trailers: Headers | None = None
         self.decoder = MessageDecoder(max_message_size, max_messages)
         self.ended = False
         self.reset_code: int | None = None
@@ -562,21 +193,13 @@ class Connection:
         self.max_receive_message_bytes = max_receive_message_bytes
         self._keepalive_interval = keepalive_interval
         self._keepalive_timeout = keepalive_timeout
-        self.h2 = _H2Connection(
-            config=h2.config.H2Configuration(
-                client_side=True,
-                header_encoding=None,
-                # We build well-formed headers ourselves and read only a few
-                # response headers; h2's per-header validation costs more than
-                # the rest of a unary call's header handling.
-                validate_outbound_headers=False,
-                normalize_outbound_headers=False,
-                validate_inbound_headers=False,
-                normalize_inbound_headers=False,
-            )
+        # Queues the preface, our SETTINGS and the connection window's update.
+        self.h2 = _http2.Connection(
+            client_side=True,
+            stream_window=STREAM_WINDOW,
+            connection_window=CONNECTION_WINDOW,
+            limits=_LIMITS,
         )
-        self.encoder = _CachingEncoder()
-        self.h2.encoder = self.encoder
         self.calls: dict[int, CallState] = {}
         # Set once the connection can carry no new call; existing calls may
         # still finish (after a graceful GOAWAY) unless failure is also set.
@@ -586,10 +209,15 @@ class Connection:
         # Set when run() has finished and the socket is closed.
         self.closed = anyio.Event()
         self._flushing = False
+        # Set (and replaced) each time a flush finishes: the reader waits on it while
+        # the output is over its bound.
+        self._flushed: anyio.Event | None = None
+        # A connection error we found in the server's input: reported after the
+        # GOAWAY that says so has been sent.
+        self._terminated: GRPCError | None = None
         self._open_streams = 0
-        # The peer's MAX_CONCURRENT_STREAMS, read from h2 when its settings change (h2's
-        # settings lookups cost more than the rest of taking a slot).
-        self._max_streams = self.h2.remote_settings.max_concurrent_streams
+        # The peer's MAX_CONCURRENT_STREAMS, refreshed when its settings change.
+        self._max_streams = self.h2.peer_max_concurrent_streams
         self._slot_waiters: deque[anyio.Event] = deque()
         self._window_waiters: list[anyio.Event] = []
         self._ping_ack: anyio.Event | None = None
@@ -600,17 +228,6 @@ class Connection:
         self._scope: anyio.CancelScope | None = None
         # The channel forgets a connection through this once it has closed.
         self.on_closed: Callable[[Connection], None] | None = None
-
-        self.h2.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 1 << 20,
-            },
-        )
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
 
     # ------------------------------------------------------------ state
 
@@ -638,6 +255,8 @@ class Connection:
         self._wake_window_waiters()
         if self._ping_ack is not None:
             self._ping_ack.set()
+        if self._flushed is not None:
+            self._flushed.set()
         if self._scope is not None:
             self._scope.cancel()
 
@@ -646,19 +265,25 @@ class Connection:
         if self.failure is None:
             self.fail(self.unavailable("connection closed"))
 
+    def goodbye(self) -> None:
+        """Queue a final GOAWAY (NO_ERROR) for the channel's close; flush it afterwards."""
+        if self.failure is None:
+            self.h2.close()
+
     # ------------------------------------------------------------ writing
 
     async def flush(self, *, shield: bool = True) -> None:
-        """Send everything h2 has queued.
+        """Send everything the HTTP/2 connection has queued.
 
         Runs shielded, so cancellation can't cut a frame in half. Only one task
         writes at a time; a task that finds a write in progress returns at
-        once, because the writer loops until h2's buffer is empty and so sends
+        once, because the writer loops until the queue is empty and so sends
         its frames too (this also coalesces concurrent calls into fewer
         writes). A dead peer can't block the writer forever: the keepalive
         task closes the stream, which aborts the pending write.
         """
-        if self._flushing or self.failure is not None or not self.h2.has_data_to_send():
+        h2conn = self.h2
+        if self._flushing or self.failure is not None or not h2conn.pending_output_bytes:
             return
         self._flushing = True
         try:
@@ -671,14 +296,28 @@ class Connection:
                     # path, which dominates the client's CPU per call. A lone
                     # call skips this and keeps its latency.
                     await anyio.lowlevel.checkpoint()
-                data = self.h2.data_to_send()
+                data = h2conn.data_to_send()
                 while data:
                     await self._stream.send(data)
-                    data = self.h2.data_to_send()
+                    data = h2conn.data_to_send()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
         finally:
             self._flushing = False
+            flushed, self._flushed = self._flushed, None
+            if flushed is not None:
+                flushed.set()
+
+    async def _drain_output(self) -> None:
+        """Wait until the queued output is under its bound (or the link fails)."""
+        while self.h2.should_pause_reading and self.failure is None:
+            if not self._flushing:
+                await self.flush(shield=False)
+                continue
+            flushed = self._flushed
+            if flushed is None:
+                flushed = self._flushed = anyio.Event()
+            await flushed.wait()
 
     # ------------------------------------------------------------ stream slots
 
@@ -741,8 +380,55 @@ class Connection:
 
     # ------------------------------------------------------------ calls
 
-    def open_call(self, stream_id: int, *, max_messages: int | None = None) -> CallState:
-        """Track a new stream; ``max_messages=1`` for a unary response."""
+    def open_call(
+        self,
+        headers: Sequence[tuple[bytes, bytes]],
+        extra: Sequence[tuple[bytes, bytes]],
+        cache_key: Hashable,
+        *,
+        end_stream: bool,
+        max_messages: int | None = None,
+    ) -> CallState:
+        """Open a stream with the request's headers and track it.
+
+        Synchronous: the HEADERS frame is queued, :meth:`flush` sends it. The caller
+        holds a slot (:meth:`acquire_slot`); on an error the slot is given back.
+
+        Args:
+            headers: the constant headers (the same for every call with
+                ``cache_key``), through the HPACK table.
+            extra: per-call headers, sent as literals never indexed.
+            cache_key: names ``headers`` for the encoder's cache.
+            end_stream: whether the request has no body.
+            max_messages: 1 for a unary response.
+
+        Raises:
+            GRPCError: UNAVAILABLE when the connection takes no new stream (it is
+                closing, or its stream ids are used up): nothing was sent, so the
+                call may go to another connection. INTERNAL when the request's
+                headers exceed the server's SETTINGS_MAX_HEADER_LIST_SIZE.
+        """
+        h2conn = self.h2
+        try:
+            stream_id = h2conn.open_stream(
+                headers, end_stream=end_stream, extra=extra, cache_key=cache_key
+            )
+        except _http2.HeaderListTooLargeError as exc:
+            self.release_slot()
+            raise GRPCError(
+                Status.INTERNAL, f"the request's headers are too large: {exc}"
+            ) from None
+        except _http2.LocalProtocolError as exc:
+            # Closed, GOAWAY exchanged, ids exhausted, or the server lowered its
+            # stream limit meanwhile: this connection takes no new call.
+            self.release_slot()
+            self.draining = True
+            if not self.calls:
+                self.close_soon()
+            raise self.unavailable(f"cannot open a stream: {exc}") from None
+        if not h2conn.stream_ids_left:
+            # That was the last stream id: the next call needs a new connection.
+            self.draining = True
         call = CallState(stream_id, self.max_receive_message_bytes, max_messages)
         self.calls[stream_id] = call
         return call
@@ -754,15 +440,11 @@ class Connection:
         if self.draining and not self.calls:
             self.close_soon()
 
-    def reset_call(self, call: CallState, code: int = h2.errors.ErrorCodes.CANCEL) -> bool:
+    def reset_call(self, call: CallState, code: int = ErrorCode.CANCEL) -> bool:
         """Queue RST_STREAM for a call still open on the wire; True if queued."""
         if self.failure is not None:
             return False
-        try:
-            self.h2.reset_stream(call.stream_id, code)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            return False
-        return True
+        return self.h2.reset_stream(call.stream_id, code)
 
     # ------------------------------------------------------------ the tasks
 
@@ -788,24 +470,30 @@ class Connection:
                 self.on_closed(self)
 
     async def _read_loop(self) -> None:
+        h2conn = self.h2
+        receive = self._stream.receive
+        dispatch = self._dispatch
         try:
             while True:
-                data = await self._stream.receive(_READ_SIZE)
+                data = await receive(_READ_SIZE)
                 if len(self.first_bytes) < 5:
                     self.first_bytes += data[: 5 - len(self.first_bytes)]
-                events = self.h2.receive_data(data)
-                for event in events:
-                    self._dispatch(event)
+                for event in h2conn.receive_data(data, anyio.current_time()):
+                    dispatch(event)
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
                 # Unshielded: the reader is only cancelled when the whole
                 # connection is being torn down, and then a cut write is moot.
                 await self.flush(shield=False)
+                if self._terminated is not None:
+                    # The GOAWAY telling the server why has gone out (or could not).
+                    self.fail(self._terminated)
+                    return
+                if h2conn.should_pause_reading:
+                    await self._drain_output()
         except anyio.EndOfStream:
             self.fail(self.unavailable("connection closed by the server"))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self.unavailable(f"connection lost: {exc!r}"))
-        except h2.exceptions.ProtocolError as exc:
-            self.fail(self.unavailable(f"HTTP/2 protocol error from the server: {exc}"))
 
     async def _keepalive(self) -> None:
         """PING every interval, also while idle; a missing ACK kills the link.
@@ -817,9 +505,11 @@ class Connection:
         assert self._keepalive_interval is not None
         while True:
             await anyio.sleep(self._keepalive_interval)
+            if self.h2.closed:
+                return
             ack = self._ping_ack = anyio.Event()
             self._ping_payload = os.urandom(8)
-            self.h2.ping(self._ping_payload)
+            self.h2.send_ping(self._ping_payload)
             await self.flush()
             with anyio.move_on_after(self._keepalive_timeout):
                 await ack.wait()
@@ -834,97 +524,124 @@ class Connection:
 
     # ------------------------------------------------------------ dispatch
 
-    def _dispatch(self, event: h2.events.Event) -> None:
+    def _dispatch(self, event: _http2.Event) -> None:
         kind = type(event)
-        if kind is h2.events.DataReceived:
-            assert isinstance(event, h2.events.DataReceived)
+        if kind is _http2.DataReceived:
+            assert isinstance(event, _http2.DataReceived)
             self._on_data(event)
-        elif kind is h2.events.ResponseReceived:
-            assert isinstance(event, h2.events.ResponseReceived)
+        elif kind is _http2.ResponseReceived:
+            assert isinstance(event, _http2.ResponseReceived)
             call = self.calls.get(event.stream_id)
             if call is not None:
                 call.headers = event.headers
+                if event.end_stream:
+                    self._ended(call)
                 call.wake()
-        elif kind is h2.events.TrailersReceived:
-            assert isinstance(event, h2.events.TrailersReceived)
+        elif kind is _http2.TrailersReceived:
+            assert isinstance(event, _http2.TrailersReceived)
             call = self.calls.get(event.stream_id)
             if call is not None:
                 call.trailers = event.headers
+                self._ended(call)
                 call.wake()
-        elif kind is h2.events.StreamEnded:
-            assert isinstance(event, h2.events.StreamEnded)
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                call.ended = True
-                call.wake()
-                # A sender waiting for window on this stream must stop (see _send_body).
-                self._wake_window_waiters()
-        elif kind is h2.events.StreamReset:
-            assert isinstance(event, h2.events.StreamReset)
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                call.reset_code = event.error_code
-                if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM and call.headers is None:
-                    call.unprocessed = True
-                call.wake()
-                # No window will ever come for a reset stream: a sender waiting for it must
-                # see the reset now, not at the next update of another stream.
-                self._wake_window_waiters()
-        elif kind is h2.events.WindowUpdated:
+        elif kind is _http2.StreamReset:
+            assert isinstance(event, _http2.StreamReset)
+            self._on_reset(event)
+        elif kind is _http2.WindowUpdated:
             self._wake_window_waiters()
-        elif kind is h2.events.RemoteSettingsChanged:
+        elif kind is _http2.RemoteSettingsChanged:
             # The limit may have grown, and a new initial window changes every
             # stream's send window.
-            self._max_streams = self.h2.remote_settings.max_concurrent_streams
+            self._max_streams = self.h2.peer_max_concurrent_streams
             self.ready.set()
             self._grant_slots()
             self._wake_window_waiters()
-        elif kind is h2.events.PingAckReceived:
-            assert isinstance(event, h2.events.PingAckReceived)
-            if self._ping_ack is not None and event.ping_data == self._ping_payload:
+        elif kind is _http2.PingAcknowledged:
+            assert isinstance(event, _http2.PingAcknowledged)
+            if self._ping_ack is not None and event.data == self._ping_payload:
                 self._ping_ack.set()
-        elif kind is h2.events.ConnectionTerminated:
-            assert isinstance(event, h2.events.ConnectionTerminated)
+        elif kind is _http2.GoAwayReceived:
+            assert isinstance(event, _http2.GoAwayReceived)
             self._on_goaway(event)
+        elif kind is _http2.ConnectionTerminated:
+            assert isinstance(event, _http2.ConnectionTerminated)
+            self._terminated = self.unavailable(
+                f"HTTP/2 protocol error from the server: {event.reason}"
+            )
 
-    def _on_data(self, event: h2.events.DataReceived) -> None:
+    def _ended(self, call: CallState) -> None:
+        call.ended = True
+        # A sender waiting for window on this stream must stop (see Stream._send_body).
+        self._wake_window_waiters()
+
+    def _on_reset(self, event: _http2.StreamReset) -> None:
+        call = self.calls.get(event.stream_id)
+        if call is None:
+            return
+        if event.remote:
+            call.reset_code = event.error_code
+            if event.error_code == ErrorCode.REFUSED_STREAM and call.headers is None:
+                call.unprocessed = True
+            call.wake()
+        else:
+            # The server broke HTTP/2 on this stream (a malformed response, say); the
+            # HTTP/2 connection reset the stream and goes on.
+            if event.error_code == ErrorCode.CANCEL:
+                # Over our header list limit (the reason names it).
+                call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, event.reason))
+            else:
+                call.fail(
+                    MalformedReplyError(
+                        f"the server broke HTTP/2 on the call's stream"
+                        f" ({_code_name(event.error_code)}): {event.reason}"
+                    )
+                )
+        # No window will ever come for a reset stream: a sender waiting for it must
+        # see the reset now, not at the next update of another stream.
+        self._wake_window_waiters()
+
+    def _on_data(self, event: _http2.DataReceived) -> None:
         stream_id = event.stream_id
-        assert stream_id is not None
-        size = event.flow_controlled_length or 0
+        size = event.flow_controlled_length
         if size:
             self.h2.acknowledge_received_data(size, stream_id)
         call = self.calls.get(stream_id)
-        if call is None or call.failure is not None or event.data is None:
+        if call is None:
             return
-        try:
-            call.decoder.feed(event.data)
-        except MessageTooLargeError as exc:
-            call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, str(exc)))
-            self.reset_call(call)
-        except CompressedMessageError as exc:
-            call.fail(GRPCError(Status.INTERNAL, str(exc)))
-            self.reset_call(call)
-        except ExtraMessageError as exc:
-            call.fail(MalformedReplyError(str(exc)))
-            self.reset_call(call)
-        else:
-            call.wake()
+        if call.failure is None and event.data:
+            try:
+                call.decoder.feed(event.data)
+            except MessageTooLargeError as exc:
+                call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, str(exc)))
+                self.reset_call(call)
+                return
+            except CompressedMessageError as exc:
+                call.fail(GRPCError(Status.INTERNAL, str(exc)))
+                self.reset_call(call)
+                return
+            except ExtraMessageError as exc:
+                call.fail(MalformedReplyError(str(exc)))
+                self.reset_call(call)
+                return
+        if event.end_stream:
+            self._ended(call)
+        call.wake()
 
-    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
-        last = event.last_stream_id if event.last_stream_id is not None else 0
+    def _on_goaway(self, event: _http2.GoAwayReceived) -> None:
         code = event.error_code
-        reason = f"server sent GOAWAY ({code!r})"
+        reason = f"server sent GOAWAY ({_code_name(code)})"
         self.draining = True
         # Streams above last_stream_id were never processed: safe to retry.
-        for stream_id, call in list(self.calls.items()):
-            if stream_id > last:
+        for stream_id in event.unprocessed:
+            call = self.calls.get(stream_id)
+            if call is not None:
                 call.unprocessed = True
                 call.fail(self.unavailable(f"{reason}; the call was not processed"))
-        if code != h2.errors.ErrorCodes.NO_ERROR:
+        if code != ErrorCode.NO_ERROR:
             self.fail(self.unavailable(reason))
             return
-        # A graceful GOAWAY: _H2Connection kept h2 open for the calls the
-        # server is still finishing; `draining` stops new ones.
+        # A graceful GOAWAY: the calls the server is still finishing go on;
+        # `draining` stops new ones.
         self._wake_slot_waiters_all()
         if not self.calls:
             self.close_soon()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from multidict import MultiDict
 
@@ -74,7 +74,7 @@ def _b64decode_unpadded(value: bytes) -> bytes:
     return base64.b64decode(value + b"=" * (-len(value) % 4))
 
 
-def decode_metadata(headers: list[tuple[bytes, bytes]]) -> MultiDict[str | bytes]:
+def decode_metadata(headers: Sequence[tuple[bytes, bytes]]) -> MultiDict[str | bytes]:
     """Response headers or trailers as metadata (pseudo and grpc- keys left out)."""
     result: MultiDict[str | bytes] = MultiDict()
     for raw_key, raw_value in headers:

@@ -40,6 +40,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, ProtocolError
 from multidict import MultiDict
 
+from .._http2 import LocalProtocolError
 from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
 from ._framing import (
@@ -55,6 +56,8 @@ from ._metadata import decode_metadata
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._http2 import Headers
+
 __all__ = ["CallOwner", "Stream"]
 
 _OPEN_ATTEMPTS = 3
@@ -67,6 +70,8 @@ _NO_SCOPE = contextlib.nullcontext()
 _MAX_RESENDS = 20
 _RESEND_BACKOFF = 0.01
 _RESEND_BACKOFF_MAX = 0.5
+# Statuses a server may answer with once the deadline it was sent has passed.
+_DEADLINE_VERDICTS = frozenset({Status.DEADLINE_EXCEEDED, Status.UNKNOWN, Status.CANCELLED})
 # Bound on the checkpoints _deliver_expired_deadline takes; the backend cancels an expired
 # scope within an event-loop iteration or two.
 _DEADLINE_SPINS = 100
@@ -74,7 +79,7 @@ _DEADLINE_SPINS = 100
 logger = logging.getLogger("sepp_anyio.transport")
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+def _header(headers: Headers, name: bytes) -> bytes | None:
     for key, value in headers:
         if key == name:
             return value
@@ -86,7 +91,7 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
 _MAX_STATUS_DIGITS = 10
 
 
-def _raise_for_status(headers: list[tuple[bytes, bytes]]) -> None:
+def _raise_for_status(headers: Headers) -> None:
     raw = _header(headers, b"grpc-status")
     if raw is None:
         raise GRPCError(Status.UNKNOWN, "server response carries no grpc-status")
@@ -137,8 +142,9 @@ class CallOwner(Protocol):
         timeout: bytes | None,
         stable_timeout: bool,
         metadata: list[tuple[bytes, bytes]],
-    ) -> tuple[list[tuple[bytes, bytes]], int]:
-        """The request's headers, and how many leading ones are the same on every call."""
+    ) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        """The request's headers: those the same on every call of ``path`` (through the
+        HPACK table) and the per-call ones (sent never indexed)."""
         ...
 
     async def get_connection(self) -> Connection:
@@ -337,29 +343,26 @@ class Stream:
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
             timeout, stable = self._timeout_header(ambient, anyio.current_time())
-            headers, constant = self._channel.request_headers(
+            headers, extra = self._channel.request_headers(
                 self._name, timeout, stable, self._metadata
             )
-            h2conn = conn.h2
-            stream_id = h2conn.get_next_available_stream_id()
-            # A stable grpc-timeout is part of the constant prefix, so it keys the cache too.
-            key = self._name.encode()
-            if stable:
-                assert timeout is not None
-                key += b"\0" + timeout
-            conn.encoder.expect_prefix(key, constant)
-            h2conn.send_headers(stream_id, headers, end_stream=end and body is None)
-            self._conn = conn
-            call = self._call = conn.open_call(
-                stream_id, max_messages=None if self._cardinality.server_streaming else 1
+            # A stable grpc-timeout is part of the constant headers, so it keys the cache
+            # too.
+            key = (self._name, timeout) if stable else self._name
+            call = conn.open_call(
+                headers,
+                extra,
+                key,
+                end_stream=end and body is None,
+                max_messages=None if self._cardinality.server_streaming else 1,
             )
+            self._conn = conn
+            self._call = call
             if body is None:
                 self._end_sent = end
-            elif len(body) <= min(
-                h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
-            ):
+            elif len(body) <= conn.h2.send_window(call.stream_id):
                 # The usual unary request: headers and body leave in one write.
-                h2conn.send_data(stream_id, body, end_stream=end)
+                conn.h2.send_data(call.stream_id, body, end_stream=end)
                 self._end_sent = end
                 body = None
             if body is None:
@@ -401,7 +404,7 @@ class Stream:
     async def _send_body(
         self, call: CallState, conn: Connection, data: bytes, *, end: bool
     ) -> None:
-        """Send ``data`` in window-sized DATA frames, waiting for window updates."""
+        """Send ``data`` in DATA frames as the windows allow, waiting for window updates."""
         h2conn = conn.h2
         stream_id = call.stream_id
         view = memoryview(data)
@@ -411,15 +414,12 @@ class Stream:
                 # The server answered in full without reading the rest of the request
                 # (it refused it, say): the rest is not sent, the answer is read as usual.
                 return
-            window = min(
-                h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
-            )
-            if window <= 0:
+            if h2conn.send_window(stream_id) <= 0:
                 await conn.flush()
                 # Re-check after the flush: the window may have opened, or the stream
                 # ended or was reset meanwhile (then no window update will come for it).
                 if (
-                    h2conn.local_flow_control_window(stream_id) <= 0
+                    h2conn.send_window(stream_id) <= 0
                     and conn.failure is None
                     and call.failure is None
                     and call.reset_code is None
@@ -427,8 +427,10 @@ class Stream:
                 ):
                     await conn.wait_for_window()
                 continue
-            chunk, view = view[:window], view[window:]
-            h2conn.send_data(stream_id, chunk.tobytes(), end_stream=end and not view)
+            # (The HTTP/2 connection keeps a reference to the bytes until the flush;
+            # ``data`` is immutable.)
+            sent = h2conn.send_data(stream_id, view, end_stream=end)
+            view = view[sent:]
             if not view:
                 break
         if end:
@@ -468,7 +470,12 @@ class Stream:
         conn, call = self._conn, self._call
         if conn is None or call is None:
             raise ProtocolError("Request was not sent yet")
-        conn.h2.end_stream(call.stream_id)
+        try:
+            conn.h2.end_stream(call.stream_id)
+        except LocalProtocolError:
+            # The stream is over already (reset, or the connection is gone): say why.
+            self._check_call(call, conn)
+            raise ProtocolError("the stream is closed") from None
         self._end_sent = True
         await conn.flush()
 
@@ -576,17 +583,19 @@ class Stream:
         await self._raise_status(call.trailers)
 
     @staticmethod
-    async def _raise_status(headers: list[tuple[bytes, bytes]]) -> None:
+    async def _raise_status(headers: Headers) -> None:
         """Raise the status of the trailers, if not OK.
 
         DEADLINE_EXCEEDED from the server is usually its verdict on the deadline we sent it:
         when that was the caller's and it has passed, the caller's cancellation wins (an
-        ambient deadline is never converted into an error).
+        ambient deadline is never converted into an error). So for UNKNOWN and CANCELLED,
+        what grpclib's server answers when the deadline it was sent had passed before the
+        handler started (a deadline of a millisecond, under load).
         """
         try:
             _raise_for_status(headers)
         except GRPCError as exc:
-            if exc.status is Status.DEADLINE_EXCEEDED:
+            if exc.status in _DEADLINE_VERDICTS:
                 await _deliver_expired_deadline()
             raise
 
