@@ -510,6 +510,7 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Cancellation while parked: nothing happens.  While committing: the jobs stay leased
         to nobody and are redelivered when the lease expires.
+
         :raises EngineError: INVALID_ARGUMENT (validation, too many queues, a queue name too
             long); FAILED_PRECONDITION for undeclared queues in strict mode; UNAVAILABLE and
             INTERNAL as :meth:`enqueue_batch`.
