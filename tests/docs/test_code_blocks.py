@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.docs._blocks import DOCS, PENDING, ROOT, Block, blocks, literal_blocks, pages
 
 import sepp_anyio
 from sepp_anyio.server import ServerConfig
+from tests.docs._blocks import DOCS, PENDING, ROOT, Block, blocks, literal_blocks, pages
 
 MARK = "\x1e-- sepp docs: end of block --"
 RUNNER = f"""
@@ -123,12 +123,13 @@ def _is_test(block: Block) -> bool:
 def _parser(command: str) -> argparse.ArgumentParser:
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
-        import sepp_docs
+        import sepp_docs  # type: ignore[import-not-found,unused-ignore]
     finally:
         sys.path.remove(str(DOCS / "_ext"))
     for prog, parser in sepp_docs.cli_parsers():
         if prog == f"sepp-anyio {command}":
-            return parser
+            found: argparse.ArgumentParser = parser
+            return found
     raise AssertionError(f"no sepp-anyio command {command!r}")
 
 
@@ -146,7 +147,10 @@ def check_sepp_anyio(argv: list[str], where: str) -> None:
 def _commands(block: Block) -> Iterator[list[str]]:
     for line in block.text.splitlines():
         if line.startswith("$ "):
-            yield shlex.split(line[2:], comments=True)
+            argv = shlex.split(line[2:], comments=True)
+            # The command itself, without what the shell does with its output.
+            ends = [i for i, word in enumerate(argv) if word in {">", ">>", "|", "2>", "&&"}]
+            yield argv[: ends[0]] if ends else argv
 
 
 def _program(word: str) -> str:
