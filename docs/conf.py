@@ -59,6 +59,8 @@ nitpick_ignore_regex = [
 ]
 primary_domain = "py"
 highlight_language = "python3"
+# Quotes and ellipses only: "--" stays two hyphens (command-line options in prose).
+smartquotes_action = "qe"
 
 # autodoc: signatures keep their annotations; Google-style docstrings (napoleon).
 autodoc_member_order = "bysource"

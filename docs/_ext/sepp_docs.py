@@ -206,10 +206,12 @@ def _describe_value(f: dataclasses.Field[Any]) -> tuple[str, str]:
         shown = "(required)"
     elif default is None:
         shown = "unset"
+    elif isinstance(default, bool):
+        shown = f"``{str(default).lower()}``"  # as TOML writes it
+    elif isinstance(default, str):
+        shown = f'``"{default}"``'
     else:
-        shown = f"``{str(default).lower() if isinstance(default, bool) else default!r}``"
-        if isinstance(default, int) and not isinstance(default, bool):
-            shown = f"``{default}``"
+        shown = f"``{default}``"
     kind = f.metadata.get("kind", "")
     if kind == "int":
         lo, hi = f.metadata["lo"], f.metadata["hi"]
