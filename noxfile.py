@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint typecheck proto bench minimum_versions``."""
+"""Developer sessions: ``nox -s tests lint typecheck proto bench minimum_versions docs``."""
 
 from __future__ import annotations
 
@@ -71,3 +71,13 @@ def minimum_versions(session: nox.Session) -> None:
     # together with the test tools would already have failed the install).
     session.run("python", str(ROOT / "tools" / "min_versions.py"), "--verify", str(pins))
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation as HTML in docs/_build/html, warnings as errors, nitpicky."""
+    session.install("-e", ".[docs]")
+    session.run(
+        "python", "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-n",
+        "docs", "docs/_build/html", *session.posargs,
+    )  # fmt: skip

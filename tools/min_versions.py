@@ -51,7 +51,7 @@ PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 # Extras a user installs to run the library: their floors are promises too.
 RUNTIME_EXTRAS = ("trio", "otel", "pydantic", "msgspec", "reload")
 # Extras for developing it (exact pins or "recent enough"): not part of the promise.
-TOOL_EXTRAS = ("codegen", "test", "dev")
+TOOL_EXTRAS = ("codegen", "test", "dev", "docs", "release")
 
 
 class FloorError(ValueError):

@@ -1,0 +1,94 @@
+"""Sphinx configuration of the sepp-anyio documentation (``nox -s docs``).
+
+Offline by design: the intersphinx inventories of Python, trio and anyio are files in
+``_inventories/`` (see ``_inventories/refresh.py``), so the build needs no network and gives
+the same result everywhere. The project's URLs come from ``pyproject.toml``, their one
+place.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE / "_ext"))
+
+import sepp_anyio  # noqa: E402  (after the path above, for the extension's imports)
+
+_pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+URLS: dict[str, str] = _pyproject["urls"]
+
+project = "sepp-anyio"
+author = "sepp-anyio developers"
+copyright = "the sepp-anyio developers (MIT licence)"
+release = sepp_anyio.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
+    "sepp_docs",
+]
+
+exclude_patterns = ["_build", "_inventories", "diagrams/*.py", "Thumbs.db", ".DS_Store"]
+nitpicky = True
+# Private types that public signatures name; each is documented in words where it matters.
+nitpick_ignore_regex = [
+    # The engine's per-RPC methods take and return the generated wire messages, which are
+    # not documented (their fields are the protocol's, docs/reference/server.rst says so).
+    ("py:class", r"sepp_anyio\._proto\..*"),
+    # A Store's write operations (Store.commit's argument), private records of the server.
+    (
+        "py:class",
+        r"sepp_anyio\.server\._records\.(Put|Delete)\w+|sepp_anyio\.server\._records\.DedupEntry",
+    ),
+    # Structural types and type variables of signatures (underscored: not public).
+    ("py:class", r"sepp_anyio\.(\w+\.)*_[A-Za-z]\w*"),
+    ("py:class", r"sepp_anyio\._worker\.H"),
+    # Projects without an inventory here: grpclib (in one private annotation) and pytest.
+    ("py:class", r"grpclib\..*"),
+    ("py:class", r"_pytest\..*"),
+    # Constants and helpers that docstrings name but no public package exports (reported:
+    # export them or reword the docstrings).
+    ("py:data", r"RETRYABLE_CODES|UNREADABLE_JOB_NACK_TIMEOUT|LISTENING_LOGGER"),
+    ("py:func", r"server_ssl_context"),
+]
+primary_domain = "py"
+highlight_language = "python3"
+# Quotes and ellipses only: "--" stays two hyphens (command-line options in prose).
+smartquotes_action = "qe"
+
+# autodoc: signatures keep their annotations; Google-style docstrings (napoleon).
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_typehints_format = "short"
+autodoc_preserve_defaults = False
+autodoc_inherit_docstrings = False
+autodoc_default_options = {"members": True, "show-inheritance": True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+# Offline inventories: (published site the links point at, local file it is read from).
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3/", str(HERE / "_inventories" / "python.inv")),
+    "trio": ("https://trio.readthedocs.io/en/stable/", str(HERE / "_inventories" / "trio.inv")),
+    "anyio": ("https://anyio.readthedocs.io/en/stable/", str(HERE / "_inventories" / "anyio.inv")),
+}
+intersphinx_timeout = 1
+
+# The project's links, for pages that name them (|docs_url|, |repo_url|).
+rst_epilog = f"""
+.. |docs_url| replace:: {URLS["Documentation"]}
+.. |repo_url| replace:: {URLS["Repository"]}
+"""
+
+html_theme = "furo"
+html_title = f"sepp-anyio {release}"
+html_baseurl = URLS["Documentation"]
+html_static_path: list[str] = []
+html_show_sourcelink = False
