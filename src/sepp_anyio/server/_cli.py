@@ -182,6 +182,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         f"{DEFAULT_SHUTDOWN_GRACE:g})",
     )
     parser.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default="asyncio",
+        help="event loop to run on (default: asyncio; trio must be installed for trio)",
+    )
+    parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=_LOG_LEVELS,
@@ -350,7 +356,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     except ConfigError as bad:
         return _config_error(parser, bad)
     try:
-        anyio.run(_run, settings, backend="asyncio")
+        anyio.run(_run, settings, backend=args.backend)
     except KeyboardInterrupt:
         return 130
     except BaseException as raw:

@@ -193,6 +193,13 @@ class ServedConnection:
         self._flush()
         self._stop_reading()
 
+    def goaway(self) -> None:
+        """A graceful GOAWAY(2^31-1): the client should move to a new connection; this one
+        keeps serving (calls already sent, and any sent before the client notices)."""
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR, last_stream_id=MAX_STREAM_ID)
+            self._flush()
+
     def begin_shutdown(self) -> None:
         """Start the graceful two-GOAWAY sequence (see the module docstring)."""
         if self._tg is None:
