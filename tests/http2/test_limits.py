@@ -401,6 +401,29 @@ def test_rapid_reset_budget_refills_and_completed_streams_give_back() -> None:
     assert not conn.closed
 
 
+@pytest.mark.parametrize("credited", [True, False])
+def test_credited_resets_do_not_exhaust_the_budget(credited: bool) -> None:
+    """A caller crediting each reset back (its handler had started) keeps the connection;
+    without the credit, the same 300 resets end it with CALM."""
+    conn = server()
+    peer = Peer()
+    end = None
+    for i in range(300):
+        stream_id = 2 * i + 1
+        events = conn.receive_data(
+            peer.headers(stream_id, REQUEST, end_stream=True) + peer.rst(stream_id, 8), 0.0
+        )
+        end = end or terminated(events)
+        if credited and any(isinstance(event, StreamReset) for event in events):
+            conn.credit_reset_budget()
+        conn.release_stream(stream_id)
+    if credited:
+        assert end is None and not conn.closed
+        assert conn.reset_budget == Limits().reset_budget
+    else:
+        assert end is not None and end.error_code == CALM and end.reason == "too_many_resets"
+
+
 def test_nghttp2_shape_burst_plus_resets() -> None:
     conn = server(off(reset_budget=3))
     peer = Peer()

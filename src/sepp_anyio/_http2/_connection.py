@@ -1397,6 +1397,19 @@ class Connection:
         self._out_bytes += 13
         return True
 
+    def credit_reset_budget(self, count: float = 1.0) -> None:
+        """Server role: give ``count`` tokens back to the rapid-reset budget (up to its
+        burst).
+
+        For the I/O layer, which knows what the core cannot: a peer's RST_STREAM on a
+        request whose handler had already started is an ordinary cancellation (the
+        server did the work, and MAX_CONCURRENT_STREAMS, counted until the handler
+        unwinds, bounds it); the rapid-reset pattern resets requests before any handler
+        runs. Crediting those resets back keeps a client that cancels many calls from
+        being taken for an attacker.
+        """
+        self._reset_budget.give(count)
+
     def release_stream(self, stream_id: int) -> None:
         """Server role: the request's handler has finished (after cancellation has
         unwound): the stream no longer counts against MAX_CONCURRENT_STREAMS. Releasing a
