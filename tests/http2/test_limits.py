@@ -424,6 +424,23 @@ def test_credited_resets_do_not_exhaust_the_budget(credited: bool) -> None:
         assert end is not None and end.error_code == CALM and end.reason == "too_many_resets"
 
 
+def test_one_late_reset_after_completion_is_not_a_glitch() -> None:
+    """A client cancelling as the reply arrives resets a stream the server completed
+    (RFC 9113 section 5.1 allows it): no glitch for the first RST, one for a second."""
+    conn = server()
+    peer = Peer()
+    for i in range(50):
+        stream_id = 2 * i + 1
+        conn.receive_data(peer.headers(stream_id, REQUEST, end_stream=True), 0.0)
+        conn.send_headers(stream_id, [*RESPONSE, (b"grpc-status", b"0")], end_stream=True)
+        conn.release_stream(stream_id)
+        events = conn.receive_data(peer.rst(stream_id, 8), 0.0)
+        assert events == []
+    assert conn.glitch_budget == Limits().glitch_burst
+    conn.receive_data(peer.rst(99, 8), 0.0)
+    assert conn.glitch_budget == Limits().glitch_burst - 1
+
+
 def test_nghttp2_shape_burst_plus_resets() -> None:
     conn = server(off(reset_budget=3))
     peer = Peer()

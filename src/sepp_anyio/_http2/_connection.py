@@ -116,6 +116,8 @@ _MAX_SETTING = (1 << 32) - 1
 # Keepalive enforcement without open streams when such pings are not permitted
 # (grpc-go's fixed value).
 _IDLE_PING_MIN_TIME = 7200.0
+# WINDOW_UPDATE frames tolerated on a stream after it completed (a RST ends the allowance).
+_LATE_FRAMES_AFTER_COMPLETION = 3
 
 _DATA = F.DATA
 _HEADERS = F.HEADERS
@@ -153,6 +155,7 @@ class Connection:
         "_block_stream",
         "_careful",
         "_closed",
+        "_completed_ids",
         "_control_frames",
         "_decoder",
         "_empty_run",
@@ -243,6 +246,10 @@ class Connection:
         self._resets = ResetStreams(
             ttl=limits.reset_memory_seconds, limit=limits.reset_memory_streams
         )
+        # Streams that completed recently -> late frames the peer may still send on them
+        # (RFC 9113 section 5.1: RST_STREAM or WINDOW_UPDATE "for a short period" after
+        # our END_STREAM; a client cancelling as the reply arrives sends one RST).
+        self._completed_ids: dict[int, int] = {}
         self._glitches = TokenBucket(limits.glitch_burst, limits.glitch_refill_per_second)
         self._reset_budget = TokenBucket(limits.reset_budget, limits.reset_refill_per_second)
         self._empty_run = 0
@@ -985,7 +992,8 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}"
                 )
-            self._glitch("WINDOW_UPDATE on a closed stream")
+            if not self._late_after_completion(stream_id, False):
+                self._glitch("WINDOW_UPDATE on a closed stream")
             return
         if increment == 0:
             self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0", events)
@@ -1008,7 +1016,8 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}"
                 )
-            self._glitch("RST_STREAM on a closed stream")
+            if not self._late_after_completion(stream_id, True):
+                self._glitch("RST_STREAM on a closed stream")
             return
         stream.advance(RECV_RST)
         events.append(StreamReset(stream_id, error_code(code), True))
@@ -1162,9 +1171,28 @@ class Connection:
 
     def _completed(self, stream: Stream) -> None:
         """Both sides ended ``stream`` normally."""
-        del self._streams[stream.stream_id]
+        stream_id = stream.stream_id
+        del self._streams[stream_id]
+        completed = self._completed_ids
+        completed[stream_id] = _LATE_FRAMES_AFTER_COMPLETION
+        if len(completed) > self.limits.reset_memory_streams:
+            del completed[next(iter(completed))]
         if not self.client_side:
             self._reset_budget.give()
+
+    def _late_after_completion(self, stream_id: int, rst: bool) -> bool:
+        """Whether a RST_STREAM (``rst``) or WINDOW_UPDATE on a closed stream is one the
+        peer may still send after the stream completed: a RST once, a WINDOW_UPDATE a few
+        times, on one of the last ``reset_memory_streams`` completed streams."""
+        completed = self._completed_ids
+        left = completed.get(stream_id)
+        if left is None:
+            return False
+        if rst or left <= 1:
+            del completed[stream_id]
+        else:
+            completed[stream_id] = left - 1
+        return True
 
     # ------------------------------------------------------------ sending
 
