@@ -90,6 +90,7 @@ class ServerCall:
         "headers_sent",
         "metadata",
         "scope",
+        "started",
         "stream_id",
     )
 
@@ -124,6 +125,8 @@ class ServerCall:
         #: The stream was reset or the connection closed: nothing more can be sent.
         self.gone = False
         self.headers_sent = False
+        #: The handler's task has started running.
+        self.started = False
         #: The handler's cancel scope (set by the call runner).
         self.scope: anyio.CancelScope | None = None
 

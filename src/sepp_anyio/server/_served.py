@@ -292,6 +292,11 @@ class ServedConnection:
                 assert isinstance(event, StreamReset)
                 call = self._calls.get(event.stream_id)
                 if call is not None:
+                    if event.remote and call.started:
+                        # An ordinary cancellation: the handler ran (and counted against
+                        # MAX_CONCURRENT_STREAMS).  Rapid reset resets requests before
+                        # any handler starts; only those stay charged to the budget.
+                        self.h2.credit_reset_budget()
                     call.on_gone()
                 self._wake_windows(event.stream_id)
             elif kind is TrailersReceived:
@@ -383,6 +388,7 @@ class ServedConnection:
             h2.release_stream(stream_id)
 
     async def _run_call(self, call: ServerCall, handler: Handler, seconds: float) -> None:
+        call.started = True
         try:
             if seconds < _MIN_CALL_TIMEOUT:
                 with anyio.CancelScope() as scope:
