@@ -116,8 +116,10 @@ _MAX_SETTING = (1 << 32) - 1
 # Keepalive enforcement without open streams when such pings are not permitted
 # (grpc-go's fixed value).
 _IDLE_PING_MIN_TIME = 7200.0
-# WINDOW_UPDATE frames tolerated on a stream after it completed (a RST ends the allowance).
+# RST_STREAM/WINDOW_UPDATE frames tolerated on a stream after it completed, and after
+# the peer reset it (one RST answering each of our frames still in flight).
 _LATE_FRAMES_AFTER_COMPLETION = 3
+_LATE_FRAMES_AFTER_PEER_RESET = 8
 
 _DATA = F.DATA
 _HEADERS = F.HEADERS
@@ -155,7 +157,6 @@ class Connection:
         "_block_stream",
         "_careful",
         "_closed",
-        "_completed_ids",
         "_control_frames",
         "_decoder",
         "_empty_run",
@@ -168,6 +169,7 @@ class Connection:
         "_inbound",
         "_last_ping_at",
         "_last_processed",
+        "_late_ids",
         "_max_inbound_frame",
         "_new_streams_read",
         "_next_stream_id",
@@ -246,10 +248,12 @@ class Connection:
         self._resets = ResetStreams(
             ttl=limits.reset_memory_seconds, limit=limits.reset_memory_streams
         )
-        # Streams that completed recently -> late frames the peer may still send on them
-        # (RFC 9113 section 5.1: RST_STREAM or WINDOW_UPDATE "for a short period" after
-        # our END_STREAM; a client cancelling as the reply arrives sends one RST).
-        self._completed_ids: dict[int, int] = {}
+        # Streams that completed, or that the peer reset, recently -> how many more
+        # RST_STREAM/WINDOW_UPDATE frames the peer may still send on them: RFC 9113
+        # section 5.1 allows them "for a short period" after our END_STREAM (a client
+        # cancelling as the reply arrives), and a peer that reset a stream answers each
+        # of our frames still in flight with another RST_STREAM (python h2 does).
+        self._late_ids: dict[int, int] = {}
         self._glitches = TokenBucket(limits.glitch_burst, limits.glitch_refill_per_second)
         self._reset_budget = TokenBucket(limits.reset_budget, limits.reset_refill_per_second)
         self._empty_run = 0
@@ -992,7 +996,7 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}"
                 )
-            if not self._late_after_completion(stream_id, False):
+            if not self._late_frame(stream_id):
                 self._glitch("WINDOW_UPDATE on a closed stream")
             return
         if increment == 0:
@@ -1016,10 +1020,15 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}"
                 )
-            if not self._late_after_completion(stream_id, True):
+            resets = self._resets.ids
+            if stream_id in resets:
+                # Our reset and the peer's crossed; it sends nothing more on the stream.
+                del resets[stream_id]
+            elif not self._late_frame(stream_id):
                 self._glitch("RST_STREAM on a closed stream")
             return
         stream.advance(RECV_RST)
+        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_PEER_RESET)
         events.append(StreamReset(stream_id, error_code(code), True))
         if not self.client_side:
             # A stream reset before it completed: the rapid-reset pattern.
@@ -1173,25 +1182,29 @@ class Connection:
         """Both sides ended ``stream`` normally."""
         stream_id = stream.stream_id
         del self._streams[stream_id]
-        completed = self._completed_ids
-        completed[stream_id] = _LATE_FRAMES_AFTER_COMPLETION
-        if len(completed) > self.limits.reset_memory_streams:
-            del completed[next(iter(completed))]
+        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_COMPLETION)
         if not self.client_side:
             self._reset_budget.give()
 
-    def _late_after_completion(self, stream_id: int, rst: bool) -> bool:
-        """Whether a RST_STREAM (``rst``) or WINDOW_UPDATE on a closed stream is one the
-        peer may still send after the stream completed: a RST once, a WINDOW_UPDATE a few
-        times, on one of the last ``reset_memory_streams`` completed streams."""
-        completed = self._completed_ids
-        left = completed.get(stream_id)
+    def _expect_late_frames(self, stream_id: int, count: int) -> None:
+        """Remember that the peer may still send ``count`` RST_STREAM/WINDOW_UPDATE
+        frames on the closed ``stream_id`` (the last ``reset_memory_streams`` streams)."""
+        late = self._late_ids
+        late[stream_id] = count
+        if len(late) > self.limits.reset_memory_streams:
+            del late[next(iter(late))]
+
+    def _late_frame(self, stream_id: int) -> bool:
+        """Whether a RST_STREAM or WINDOW_UPDATE on the closed ``stream_id`` is one the
+        peer may still send (see ``_expect_late_frames``)."""
+        late = self._late_ids
+        left = late.get(stream_id)
         if left is None:
             return False
-        if rst or left <= 1:
-            del completed[stream_id]
+        if left <= 1:
+            del late[stream_id]
         else:
-            completed[stream_id] = left - 1
+            late[stream_id] = left - 1
         return True
 
     # ------------------------------------------------------------ sending
