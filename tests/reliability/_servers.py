@@ -28,9 +28,15 @@ import anyio.from_thread
 import anyio.lowlevel
 from grpclib.const import Status
 
-from sepp_anyio.server import Engine, EngineError, ServerConfig, SqliteStore, StorageConfig
+from sepp_anyio.server import (
+    Engine,
+    EngineError,
+    NetworkServer,
+    ServerConfig,
+    SqliteStore,
+    StorageConfig,
+)
 from sepp_anyio.server._cli import ServerProcess
-from sepp_anyio.server import NetworkServer
 
 __all__ = ["RETENTION_ENV", "FaultServer", "durable_server", "start_process"]
 
