@@ -64,7 +64,7 @@ from .._version import __version__
 from ._config import I64_MAX, ApiKey, AuthConfig, ServerConfig, ServerSection
 from ._errors import ConfigError
 from ._memory import MemoryStore
-from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, serve
+from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, default_backend, serve
 from ._sqlite import SqliteStore
 from ._store import Store
 
@@ -184,8 +184,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         choices=("asyncio", "trio"),
-        default="asyncio",
-        help="event loop to run on (default: asyncio; trio must be installed for trio)",
+        default=default_backend(),
+        help="event loop to run on (default: $SEPP_SERVER_BACKEND, else asyncio; trio must "
+        "be installed for trio)",
     )
     parser.add_argument(
         "--log-level",

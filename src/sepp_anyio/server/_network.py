@@ -72,10 +72,12 @@ from ._store import Store
 
 __all__ = [
     "DEFAULT_SHUTDOWN_GRACE",
+    "BACKEND_ENV",
     "LISTENING_LOGGER",
     "Backend",
     "NetworkServer",
     "ServerThread",
+    "default_backend",
     "serve",
     "server_ssl_context",
 ]
@@ -92,6 +94,14 @@ _CLOSE_TIMEOUT = 1.0
 
 #: The event loops the server runs on.
 Backend = Literal["asyncio", "trio"]
+#: The environment variable naming the default backend of the CLI and :class:`ServerThread`
+#: (so a test suite can run every server it starts on trio).
+BACKEND_ENV = "SEPP_SERVER_BACKEND"
+
+
+def default_backend() -> Backend:
+    """``$SEPP_SERVER_BACKEND`` if it is ``asyncio`` or ``trio``, else ``asyncio``."""
+    return "trio" if os.environ.get(BACKEND_ENV, "").strip().lower() == "trio" else "asyncio"
 
 
 def server_ssl_context(
@@ -472,7 +482,8 @@ class ServerThread:
     Args:
         config, store, tls_cert, tls_key, shutdown_grace: as for :func:`serve`.
         host, port: where to listen (default: 127.0.0.1 and a free port).
-        backend: the thread's event loop, ``"asyncio"`` (default) or ``"trio"``.
+        backend: the thread's event loop, ``"asyncio"`` or ``"trio"`` (default:
+            :func:`default_backend`).
 
     :meth:`start` blocks until the server listens (or raises what stopped it from starting);
     :meth:`stop` stops it gracefully (up to ``shutdown_grace`` for calls in progress) and
@@ -491,12 +502,12 @@ class ServerThread:
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
-        backend: Backend = "asyncio",
+        backend: Backend | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.host = host
         self.port = port
-        self.backend: Backend = backend
+        self.backend: Backend = backend if backend is not None else default_backend()
         self._open = partial(
             _open_server,
             self.config,

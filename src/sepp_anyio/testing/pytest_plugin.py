@@ -11,7 +11,7 @@ fixtures only (no hooks, no options, no change to how tests are collected or run
     server is shared by the whole session: give each test its own queue names.  It reads
     ``SEPP_<SECTION>__<FIELD>`` variables (and ``SEPP_CONFIG``) like the command line, but
     runs in a temporary directory, so a project's own ``./sepp.toml`` is not picked up.
-    ``SEPP_TEST_SERVER_BACKEND=trio`` runs it on trio (default: asyncio).
+    ``SEPP_SERVER_BACKEND=trio`` runs it on trio (default: asyncio).
 
     With the environment variable ``SEPP_TEST_ADDR`` (``host:port`` or
     ``http(s)://host:port``), no process is started and that server is used instead, as the
@@ -88,8 +88,6 @@ def sepp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeppTestSe
         "0",
         "--log-level",
         "WARNING",
-        "--backend",
-        env.get("SEPP_TEST_SERVER_BACKEND") or "asyncio",
         env=env,
         cwd=tmp_path_factory.mktemp("sepp-server"),
     )
