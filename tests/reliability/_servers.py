@@ -24,7 +24,6 @@ from types import TracebackType
 from typing import Any, Self, cast
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 from grpclib.const import Status
 
@@ -165,15 +164,21 @@ class FaultServer:
         token, server = self._token, self._server
         assert token is not None and server is not None
 
-        def send() -> int:
+        done = threading.Event()
+        count = [0]
+
+        def send() -> None:
             connections = server.connections
             for connection in connections:
                 connection.goaway()
-            return len(connections)
+            count[0] = len(connections)
+            done.set()
 
-        count = anyio.from_thread.run_sync(send, token=token)
-        self.goaways += count
-        return count
+        call_soon_threadsafe(token, send)
+        if not done.wait(10):
+            raise TimeoutError("the server's loop did not run the GOAWAY")
+        self.goaways += count[0]
+        return count[0]
 
     def connections(self) -> int:
         server = self._server
@@ -194,8 +199,8 @@ class FaultServer:
         if thread is None:
             return
         if token is not None and stop is not None:
-            with contextlib.suppress(Exception):
-                anyio.from_thread.run_sync(stop.set, token=token)
+            with contextlib.suppress(RuntimeError):
+                call_soon_threadsafe(token, stop.set)
         thread.join(30)
         self._thread = None
         if self._error is not None:
@@ -215,7 +220,7 @@ class FaultServer:
 
     def _run(self) -> None:
         try:
-            anyio.run(self._main, backend="asyncio")
+            anyio.run(self._main, backend=default_backend())
         except BaseException as exc:
             self._error = exc
         finally:

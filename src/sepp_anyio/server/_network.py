@@ -45,15 +45,14 @@ import socket
 import ssl
 import threading
 from collections import Counter
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
-from typing import Literal, Self, final
+from typing import Any, Literal, Self, final
 
 import anyio
 import anyio.abc
-import anyio.from_thread
 import anyio.lowlevel
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSStream
@@ -71,8 +70,8 @@ from ._service import HealthService, MessageCodec, QueueService
 from ._store import Store
 
 __all__ = [
-    "DEFAULT_SHUTDOWN_GRACE",
     "BACKEND_ENV",
+    "DEFAULT_SHUTDOWN_GRACE",
     "LISTENING_LOGGER",
     "Backend",
     "NetworkServer",
@@ -102,6 +101,22 @@ BACKEND_ENV = "SEPP_SERVER_BACKEND"
 def default_backend() -> Backend:
     """``$SEPP_SERVER_BACKEND`` if it is ``asyncio`` or ``trio``, else ``asyncio``."""
     return "trio" if os.environ.get(BACKEND_ENV, "").strip().lower() == "trio" else "asyncio"
+
+
+def call_soon_threadsafe(token: anyio.lowlevel.EventLoopToken, func: Callable[[], None]) -> None:
+    """Schedule ``func`` on the event loop of ``token`` from any thread, without waiting.
+
+    (``anyio.from_thread.run_sync`` waits, and trio refuses it from a thread that runs a
+    trio loop of its own: a test on trio stopping a server thread on trio.)
+
+    Raises:
+        RuntimeError: the loop has ended.
+    """
+    native: Any = token.native_token
+    if hasattr(native, "call_soon_threadsafe"):  # asyncio
+        native.call_soon_threadsafe(func)
+    else:  # trio
+        native.run_sync_soon(func)
 
 
 def server_ssl_context(
@@ -576,8 +591,8 @@ class ServerThread:
             return
         if token is not None and scope is not None:
             # The loop may have ended by itself (a crash); then there is nothing to cancel.
-            with contextlib.suppress(Exception):
-                anyio.from_thread.run_sync(scope.cancel, token=token)
+            with contextlib.suppress(RuntimeError):
+                call_soon_threadsafe(token, scope.cancel)
         thread.join(timeout)
         if thread.is_alive():
             raise RuntimeError(f"the server thread did not stop within {timeout} s")
