@@ -206,7 +206,9 @@ class ServedConnection:
             if not self.done.is_set():
                 self._shutdown_pending = True
             return
-        if self._shutting_down or self.h2.closed:
+        if self._shutting_down or self.h2.closed or self._reading_done:
+            return
+        if self._tg.cancel_scope.cancel_called:
             return
         self._shutting_down = True
         self.h2.send_goaway(ErrorCode.NO_ERROR, last_stream_id=MAX_STREAM_ID)
