@@ -69,6 +69,11 @@ async def test_rapid_reset(limit_on: bool) -> None:
                     if not await attacker.send(chunk):
                         break
                     sent += 200
+                    # Collect the server's frames as they come (a GOAWAY must not be lost
+                    # to a TCP reset once the server closes).
+                    await attacker.read(0.001)
+                    if attacker.error_goaway() is not None:
+                        break
                     connection = server.connections
                     if connection:
                         assert connection[0].peak_calls <= 100
