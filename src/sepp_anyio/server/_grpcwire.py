@@ -66,7 +66,7 @@ def metadata_problem(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
             continue
         if name.endswith(b"-bin"):
             try:
-                binascii.a2b_base64(value + b"=" * (-len(value) % 4))
+                binascii.a2b_base64(value + b"=" * (-len(value) % 4), strict_mode=True)
             except binascii.Error:
                 return f"metadata {name.decode('ascii', 'replace')!r}: value is not base64"
             continue
