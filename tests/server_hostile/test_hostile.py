@@ -17,6 +17,7 @@ import anyio.lowlevel
 import pytest
 from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame
 
+from sepp_anyio.server import Engine, NetworkServer
 from tests.http2._support import PREFACE, Peer, raw
 
 from ._harness import (
@@ -33,6 +34,10 @@ pytestmark = pytest.mark.anyio
 HUGE = 1 << 40
 CALM = 0xB
 SERVER_INFO = GRPC_REQUEST()
+
+
+def _data_on(attacker: Attacker, stream_id: int) -> list[DataFrame]:
+    return [f for f in attacker.frames if isinstance(f, DataFrame) and f.stream_id == stream_id]
 
 
 def _calm(goaway: GoAwayFrame | None) -> bytes:
@@ -395,3 +400,70 @@ async def test_total_connections_pause_accepting() -> None:
         with anyio.fail_after(5):
             while not sixth.frames:
                 assert await sixth.read(1.0)
+
+
+# --------------------------------------------------------------------------- shutdown
+
+
+async def test_graceful_shutdown_sends_two_goaways_and_serves_the_streams_between() -> None:
+    """Stop: GOAWAY(2^31-1) and a PING; a request sent before the client answers the PING
+    is served; on the PING's ACK, GOAWAY(last stream); the call in flight finishes; health
+    says NOT_SERVING meanwhile."""
+    async with Engine() as engine, anyio.create_task_group() as tg:
+        listening = anyio.Event()
+        holder: dict[str, object] = {}
+        stop = anyio.CancelScope()
+
+        async def run() -> None:
+            with stop:
+                async with NetworkServer(engine, port=0, shutdown_grace=5.0) as net:
+                    holder["port"] = net.port
+                    listening.set()
+                    await anyio.sleep_forever()
+
+        tg.start_soon(run)
+        await listening.wait()
+        port = holder["port"]
+        assert isinstance(port, int)
+        async with Attacker.connect(port) as attacker:
+            peer = attacker.peer
+            # Stream 1: a call waiting for its body (in flight when the stop comes).
+            await attacker.send(peer.headers(1, SERVER_INFO))
+            with anyio.fail_after(5):
+                while not attacker.frames:
+                    assert await attacker.read(1.0)
+            stop.cancel()
+            with anyio.fail_after(5):
+                while not any(isinstance(f, PingFrame) for f in attacker.frames):
+                    assert await attacker.read(1.0)
+            [first] = [f for f in attacker.frames if isinstance(f, GoAwayFrame)]
+            assert first.last_stream_id == (1 << 31) - 1 and first.error_code == 0
+            [ping] = [f for f in attacker.frames if isinstance(f, PingFrame)]
+            # Stream 3, between the GOAWAYs: served (health: NOT_SERVING while stopping).
+            empty = b"\x00\x00\x00\x00\x00"
+            await attacker.send(
+                peer.headers(3, GRPC_REQUEST("/grpc.health.v1.Health/Check"))
+                + Peer.data(3, empty, end_stream=True)
+            )
+            with anyio.fail_after(5):
+                while not any(
+                    isinstance(f, DataFrame) and f.stream_id == 3 for f in attacker.frames
+                ):
+                    assert await attacker.read(1.0)
+            [reply] = _data_on(attacker, 3)
+            assert bytes(reply.data) == b"\x00\x00\x00\x00\x02\x08\x02"  # NOT_SERVING
+            await attacker.send(Peer.ping(bytes(ping.opaque_data), ack=True))
+            with anyio.fail_after(5):
+                while len([f for f in attacker.frames if isinstance(f, GoAwayFrame)]) < 2:
+                    assert await attacker.read(1.0)
+            second = [f for f in attacker.frames if isinstance(f, GoAwayFrame)][1]
+            assert second.last_stream_id == 3 and second.error_code == 0
+            # Stream 1 still finishes.
+            await attacker.send(Peer.data(1, empty, end_stream=True))
+            with anyio.fail_after(5):
+                while not any(
+                    isinstance(f, HeadersFrame) and f.stream_id == 1 and "END_STREAM" in f.flags
+                    for f in attacker.frames
+                ):
+                    assert await attacker.read(1.0)
+            assert any(isinstance(f, DataFrame) and f.stream_id == 1 for f in attacker.frames)
