@@ -20,8 +20,14 @@ Baseline: the raw rate of a no-op unary RPC from the same number of processes wi
 ``--acks`` concurrent callers each: our client's ``ack`` against a bare grpclib server whose
 handler does nothing (``benchmarks/_grpclib_server.py``).  A job costs one ack plus 2/256 of
 an RPC, so ``jobs/s / no-op RPC/s`` says how close the whole server (auth, validation,
-engine, store, group commit) comes to the transport's ceiling; the target is >= 0.6.
-``GetServerInfo`` on the reference server is shown too (a large reply: mostly encoding).
+engine, store, group commit) comes to the transport's ceiling; the target is >= 0.9 for
+SQLite with ``synchronous=FULL``.  Our own network server with a no-op engine
+(``benchmarks/_noop_server.py``) runs the same calls: the target is >= 1.5x the bare
+grpclib server.  ``GetServerInfo`` on the reference server is shown too (a large reply:
+mostly encoding).
+
+Then (unless ``--no-hostile``) ``_hostile_rss``: the reference server's RSS idle, and again
+after each hostile scenario once the attacking connection is closed (target: within 10%).
 
 Prints a markdown table.  The default run takes under a minute.
 """
@@ -165,10 +171,10 @@ def _free_port() -> int:
         return port
 
 
-def _start_noop_server(config: Config) -> None:
+def _start_noop_server(config: Config, script: str = "_grpclib_server.py") -> None:
     port = _free_port()
     config.server = subprocess.Popen(
-        [sys.executable, str(HERE / "_grpclib_server.py"), str(port)],
+        [sys.executable, str(HERE / script), str(port)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -256,14 +262,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--acks", type=int, default=64, help="acks in flight per client (64)")
     parser.add_argument("--pipelines", type=int, default=2, help="job loops per client (2)")
+    parser.add_argument(
+        "--no-hostile", action="store_true", help="skip the RSS-after-attack measurements"
+    )
     args = parser.parse_args()
 
     began = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}
     env["SEPP_CONFIG"] = os.devnull  # an explicit empty config: never ./sepp.toml
     noop = Config("no-op unary RPC (our ack -> bare grpclib)", "RPC/s", "noop-ack")
+    ours = Config("no-op unary RPC (our ack -> our network server)", "RPC/s", "noop-ack")
     configs = [
         noop,
+        ours,
         Config("GetServerInfo on the reference server", "RPC/s", "info"),
         Config("jobs, SQLite synchronous=FULL", "jobs/s", "jobs"),
         Config("jobs, SQLite synchronous=NORMAL", "jobs/s", "jobs"),
@@ -272,14 +283,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             _start_noop_server(noop)
-            _start_reference_server(configs[1], ["--memory", "--log-level", "WARNING"], env)
-            for config, persist in zip(configs[2:4], ("sync_all", "buffer"), strict=True):
+            _start_noop_server(ours, "_noop_server.py")
+            _start_reference_server(configs[2], ["--memory", "--log-level", "WARNING"], env)
+            for config, persist in zip(configs[3:5], ("sync_all", "buffer"), strict=True):
                 db = str(Path(tmp) / f"bench-{persist}.sqlite3")
                 store = ["--db", db, "--log-level", "WARNING"]
                 _start_reference_server(
                     config, store, {**env, "SEPP_STORAGE__PERSIST_MODE": persist}
                 )
-            _start_reference_server(configs[4], ["--memory", "--log-level", "WARNING"], env)
+            _start_reference_server(configs[5], ["--memory", "--log-level", "WARNING"], env)
             for config in configs:
                 _start_clients(config, args.clients, args.acks, args.pipelines)
             for config in configs:
@@ -303,6 +315,14 @@ def main() -> None:
         print(
             f"| {config.label} | {config.best:,.0f} {config.unit} | {config.best / noop.best:.2f} |"
         )
+    print(
+        f"\ntargets: our no-op / grpclib no-op = {ours.best / noop.best:.2f} (>= 1.5); "
+        f"jobs SQLite FULL / grpclib no-op = {configs[3].best / noop.best:.2f} (>= 0.9)"
+    )
+    if not args.no_hostile:
+        from _hostile_rss import report
+
+        report()
 
 
 if __name__ == "__main__":

@@ -76,9 +76,6 @@ ONLY: Mapping[str, frozenset[str]] = {
             "_http2",
             "_version",
             f"{PACKAGE}._transport._framing",
-            # The grpclib network adapter's frame-noise filter, until the server runs on
-            # ``_http2`` (issue 16).
-            f"{PACKAGE}._transport._h2quiet",
         }
     ),
 }

@@ -196,17 +196,9 @@ _NOT_RUNTIME = {
     # type checkers resolve it from their bundled typeshed stubs, installed or not.
     "typing_extensions": "imported only by type checkers (if TYPE_CHECKING)",
 }
-# Imported by the reference server's grpclib glue only, until the server moves to our
-# own HTTP/2 core (issue 16): grpclib (a runtime requirement, pinned) requires h2, which
-# requires hyperframe. Exactly these files; the client must not import them at all.
-_SERVER_GRPCLIB_GLUE = {
-    "h2": {
-        "src/sepp_anyio/server/_network.py",
-        "src/sepp_anyio/server/_service.py",
-        "src/sepp_anyio/_transport/_h2quiet.py",
-    },
-    "hyperframe": {"src/sepp_anyio/_transport/_h2quiet.py"},
-}
+# Neither the client nor the server imports h2 or hyperframe any more: both run on our own
+# HTTP/2 core (issues 15 and 16). They stay test dependencies (oracle and scripted peers).
+_NOT_IMPORTED = ("h2", "hyperframe")
 # The generated code imports betterproto2's own runtime requirements.
 _GENERATED = SRC / "_proto"
 
@@ -236,17 +228,12 @@ def test_every_imported_distribution_is_a_runtime_requirement() -> None:
     declared = set(mv.floors(_pyproject()))
     providers = importlib.metadata.packages_distributions()
     imports = _third_party_imports()
-    assert {"anyio", "grpclib", "h2", "hpack", "hyperframe"} <= set(imports)
+    assert {"anyio", "grpclib", "hpack"} <= set(imports)
+    for module in _NOT_IMPORTED:
+        assert module not in imports, f"{module} imported by {sorted(imports[module])}"
     undeclared = {}
     for module, paths in imports.items():
         if module in _NOT_RUNTIME:
-            continue
-        if module in _SERVER_GRPCLIB_GLUE:
-            assert paths <= _SERVER_GRPCLIB_GLUE[module], (
-                f"{module} imported outside the server's grpclib glue: "
-                f"{sorted(paths - _SERVER_GRPCLIB_GLUE[module])}"
-            )
-            assert "grpclib" in declared
             continue
         distributions = {canonicalize_name(name) for name in providers.get(module, [])}
         if not distributions & declared:

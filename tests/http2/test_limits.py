@@ -401,6 +401,76 @@ def test_rapid_reset_budget_refills_and_completed_streams_give_back() -> None:
     assert not conn.closed
 
 
+@pytest.mark.parametrize("credited", [True, False])
+def test_credited_resets_do_not_exhaust_the_budget(credited: bool) -> None:
+    """A caller crediting each reset back (its handler had started) keeps the connection;
+    without the credit, the same 300 resets end it with CALM."""
+    conn = server()
+    peer = Peer()
+    end = None
+    for i in range(300):
+        stream_id = 2 * i + 1
+        events = conn.receive_data(
+            peer.headers(stream_id, REQUEST, end_stream=True) + peer.rst(stream_id, 8), 0.0
+        )
+        end = end or terminated(events)
+        if credited and any(isinstance(event, StreamReset) for event in events):
+            conn.credit_reset_budget()
+        conn.release_stream(stream_id)
+    if credited:
+        assert end is None and not conn.closed
+        assert conn.reset_budget == Limits().reset_budget
+    else:
+        assert end is not None and end.error_code == CALM and end.reason == "too_many_resets"
+
+
+def test_one_late_reset_after_completion_is_not_a_glitch() -> None:
+    """A client cancelling as the reply arrives resets a stream the server completed
+    (RFC 9113 section 5.1 allows it): no glitch for that RST (3 such late frames are
+    tolerated per stream), one for the 4th."""
+    conn = server()
+    peer = Peer()
+    for i in range(50):
+        stream_id = 2 * i + 1
+        conn.receive_data(peer.headers(stream_id, REQUEST, end_stream=True), 0.0)
+        conn.send_headers(stream_id, [*RESPONSE, (b"grpc-status", b"0")], end_stream=True)
+        conn.release_stream(stream_id)
+        events = conn.receive_data(peer.rst(stream_id, 8), 0.0)
+        assert events == []
+    assert conn.glitch_budget == Limits().glitch_burst
+    assert conn.receive_data(peer.rst(99, 8) * 2, 0.0) == []
+    assert conn.glitch_budget == Limits().glitch_burst
+    conn.receive_data(peer.rst(99, 8), 0.0)
+    assert conn.glitch_budget == Limits().glitch_burst - 1
+
+
+def test_a_few_resets_after_the_peers_own_are_not_glitches() -> None:
+    """A peer that reset a stream answers each of our frames still in flight with another
+    RST_STREAM (python h2): 8 are tolerated, the 9th is a glitch."""
+    conn = server()
+    peer = Peer()
+    conn.receive_data(peer.headers(1, REQUEST) + peer.rst(1, 8), 0.0)
+    conn.release_stream(1)
+    for _ in range(8):
+        assert conn.receive_data(peer.rst(1, 5), 0.0) == []
+    assert conn.glitch_budget == Limits().glitch_burst
+    conn.receive_data(peer.rst(1, 5), 0.0)
+    assert conn.glitch_budget == Limits().glitch_burst - 1
+
+
+def test_crossing_resets_are_not_glitches() -> None:
+    """We reset a stream while the peer resets it too: its RST is not a glitch (once)."""
+    conn = server()
+    peer = Peer()
+    conn.receive_data(peer.headers(1, REQUEST), 0.0)
+    conn.reset_stream(1, ErrorCode.CANCEL)
+    conn.release_stream(1)
+    assert conn.receive_data(peer.rst(1, 8), 0.0) == []
+    assert conn.glitch_budget == Limits().glitch_burst
+    conn.receive_data(peer.rst(1, 8), 0.0)
+    assert conn.glitch_budget == Limits().glitch_burst - 1
+
+
 def test_nghttp2_shape_burst_plus_resets() -> None:
     conn = server(off(reset_budget=3))
     peer = Peer()

@@ -3,7 +3,7 @@
 * :func:`durable_server`: ``python -m sepp_anyio.server --db FILE`` in a subprocess (SQLite,
   fsync before every reply), dead-letter retention on: killable with SIGKILL, restartable
   on the same database.
-* :class:`FaultServer`: the same engine and grpclib service in a thread of this process,
+* :class:`FaultServer`: the same engine and network server in a thread of this process,
   with hooks the subprocess cannot offer: answer the next calls with a chosen status
   (RESOURCE_EXHAUSTED, UNAVAILABLE) before they reach the engine, and send GOAWAY on
   every connection.
@@ -13,7 +13,6 @@ Both keep their jobs in a SQLite file, which the accounting reads (``_ledger``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
@@ -25,12 +24,19 @@ from types import TracebackType
 from typing import Any, Self, cast
 
 import anyio
+import anyio.lowlevel
 from grpclib.const import Status
 
-from sepp_anyio.server import Engine, EngineError, ServerConfig, SqliteStore, StorageConfig
+from sepp_anyio.server import (
+    Engine,
+    EngineError,
+    NetworkServer,
+    ServerConfig,
+    SqliteStore,
+    StorageConfig,
+)
 from sepp_anyio.server._cli import ServerProcess
-from sepp_anyio.server._network import _GrpcServer, _listening_socket
-from sepp_anyio.server._service import HealthService, MessageCodec, QueueService
+from sepp_anyio.server._network import call_soon_threadsafe, default_backend
 
 __all__ = ["RETENTION_ENV", "FaultServer", "durable_server", "start_process"]
 
@@ -76,7 +82,7 @@ def durable_server(db: Path, *, env: dict[str, str] | None = None) -> Iterator[S
 
 
 class _FaultyEngine:
-    """The engine as the grpclib service sees it, with scripted failures in front."""
+    """The engine as the service layer sees it, with scripted failures in front."""
 
     def __init__(self, engine: Engine, owner: FaultServer) -> None:
         self._engine = engine
@@ -84,9 +90,9 @@ class _FaultyEngine:
         for name in _METHODS:
             setattr(self, name, self._wrap(name, getattr(engine, name)))
 
-    @property
-    def config(self) -> ServerConfig:
-        return self._engine.config
+    def __getattr__(self, name: str) -> Any:
+        # config, shutdown(), shutting_down, storage_failed: the engine's own.
+        return getattr(self._engine, name)
 
     def _wrap(
         self, name: str, method: Callable[[Any], Awaitable[Any]]
@@ -120,9 +126,9 @@ class FaultServer:
         self._fail_status = Status.UNAVAILABLE
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._server: _GrpcServer | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._stop: anyio.Event | None = None
+        self._server: NetworkServer | None = None
         self._error: BaseException | None = None
         self._exhausted = threading.Event()
 
@@ -156,18 +162,20 @@ class FaultServer:
 
     def goaway_all(self) -> int:
         """GOAWAY on every connection; returns how many got one."""
-        loop, server = self._loop, self._server
-        assert loop is not None and server is not None
+        token, server = self._token, self._server
+        assert token is not None and server is not None
+
         done = threading.Event()
         count = [0]
 
         def send() -> None:
-            for connection in list(server.connections):
+            connections = server.connections
+            for connection in connections:
                 connection.goaway()
-                count[0] += 1
+            count[0] = len(connections)
             done.set()
 
-        loop.call_soon_threadsafe(send)
+        call_soon_threadsafe(token, send)
         if not done.wait(10):
             raise TimeoutError("the server's loop did not run the GOAWAY")
         self.goaways += count[0]
@@ -188,12 +196,12 @@ class FaultServer:
             raise self._error
 
     def stop(self) -> None:
-        thread, loop, stop = self._thread, self._loop, self._stop
+        thread, token, stop = self._thread, self._token, self._stop
         if thread is None:
             return
-        if loop is not None and stop is not None:
+        if token is not None and stop is not None:
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
+                call_soon_threadsafe(token, stop.set)
         thread.join(30)
         self._thread = None
         if self._error is not None:
@@ -213,31 +221,22 @@ class FaultServer:
 
     def _run(self) -> None:
         try:
-            anyio.run(self._main, backend="asyncio")
+            anyio.run(self._main, backend=default_backend())
         except BaseException as exc:
             self._error = exc
         finally:
             self._ready.set()
 
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+        self._token = anyio.lowlevel.current_token()
+        self._stop = anyio.Event()
         async with Engine(self.config, SqliteStore(str(self.db))) as engine:
             faulty = cast("Engine", _FaultyEngine(engine, self))
-            codec = MessageCodec(engine.config.limits.max_message_bytes)
-            server = _GrpcServer([QueueService(faulty), HealthService(engine)], codec=codec)
-            sock = await _listening_socket("127.0.0.1", 0)
-            await server.start(sock=sock)
-            self.port = sock.getsockname()[1]
-            self._server = server
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                engine.shutdown()
-                server.close()
-                for connection in list(server.connections):
-                    connection.abort()
-                with anyio.move_on_after(5):
-                    await server.wait_closed()
-                self._server = None
+            async with NetworkServer(faulty, port=0, shutdown_grace=1.0) as server:
+                self.port = server.port
+                self._server = server
+                self._ready.set()
+                try:
+                    await self._stop.wait()
+                finally:
+                    self._server = None

@@ -379,7 +379,7 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio demo") -> int:
     config = ServerConfig(storage=StorageConfig(dead_letter_retention_ms=_DEAD_LETTER_RETENTION_MS))
     with tempfile.TemporaryDirectory(prefix="sepp-demo-") as tmp:
         database = Path(tmp) / "demo.sqlite3"
-        server = ServerThread(config, store=SqliteStore(database))
+        server = ServerThread(config, store=SqliteStore(database), backend=args.backend)
         try:
             server.start()
         except Exception as exc:

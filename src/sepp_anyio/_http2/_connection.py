@@ -116,6 +116,10 @@ _MAX_SETTING = (1 << 32) - 1
 # Keepalive enforcement without open streams when such pings are not permitted
 # (grpc-go's fixed value).
 _IDLE_PING_MIN_TIME = 7200.0
+# RST_STREAM/WINDOW_UPDATE frames tolerated on a stream after it completed, and after
+# the peer reset it (one RST answering each of our frames still in flight).
+_LATE_FRAMES_AFTER_COMPLETION = 3
+_LATE_FRAMES_AFTER_PEER_RESET = 8
 
 _DATA = F.DATA
 _HEADERS = F.HEADERS
@@ -165,6 +169,7 @@ class Connection:
         "_inbound",
         "_last_ping_at",
         "_last_processed",
+        "_late_ids",
         "_max_inbound_frame",
         "_new_streams_read",
         "_next_stream_id",
@@ -243,6 +248,12 @@ class Connection:
         self._resets = ResetStreams(
             ttl=limits.reset_memory_seconds, limit=limits.reset_memory_streams
         )
+        # Streams that completed, or that the peer reset, recently -> how many more
+        # RST_STREAM/WINDOW_UPDATE frames the peer may still send on them: RFC 9113
+        # section 5.1 allows them "for a short period" after our END_STREAM (a client
+        # cancelling as the reply arrives), and a peer that reset a stream answers each
+        # of our frames still in flight with another RST_STREAM (python h2 does).
+        self._late_ids: dict[int, int] = {}
         self._glitches = TokenBucket(limits.glitch_burst, limits.glitch_refill_per_second)
         self._reset_budget = TokenBucket(limits.reset_budget, limits.reset_refill_per_second)
         self._empty_run = 0
@@ -991,7 +1002,8 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}"
                 )
-            self._glitch("WINDOW_UPDATE on a closed stream")
+            if not self._late_frame(stream_id):
+                self._glitch("WINDOW_UPDATE on a closed stream")
             return
         if increment == 0:
             self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0", events)
@@ -1014,9 +1026,15 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}"
                 )
-            self._glitch("RST_STREAM on a closed stream")
+            resets = self._resets.ids
+            if stream_id in resets:
+                # Our reset and the peer's crossed; it sends nothing more on the stream.
+                del resets[stream_id]
+            elif not self._late_frame(stream_id):
+                self._glitch("RST_STREAM on a closed stream")
             return
         stream.advance(RECV_RST)
+        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_PEER_RESET)
         events.append(StreamReset(stream_id, error_code(code), True))
         if not self.client_side:
             # A stream reset before it completed: the rapid-reset pattern.
@@ -1168,9 +1186,32 @@ class Connection:
 
     def _completed(self, stream: Stream) -> None:
         """Both sides ended ``stream`` normally."""
-        del self._streams[stream.stream_id]
+        stream_id = stream.stream_id
+        del self._streams[stream_id]
+        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_COMPLETION)
         if not self.client_side:
             self._reset_budget.give()
+
+    def _expect_late_frames(self, stream_id: int, count: int) -> None:
+        """Remember that the peer may still send ``count`` RST_STREAM/WINDOW_UPDATE
+        frames on the closed ``stream_id`` (the last ``reset_memory_streams`` streams)."""
+        late = self._late_ids
+        late[stream_id] = count
+        if len(late) > self.limits.reset_memory_streams:
+            del late[next(iter(late))]
+
+    def _late_frame(self, stream_id: int) -> bool:
+        """Whether a RST_STREAM or WINDOW_UPDATE on the closed ``stream_id`` is one the
+        peer may still send (see ``_expect_late_frames``)."""
+        late = self._late_ids
+        left = late.get(stream_id)
+        if left is None:
+            return False
+        if left <= 1:
+            del late[stream_id]
+        else:
+            late[stream_id] = left - 1
+        return True
 
     # ------------------------------------------------------------ sending
 
@@ -1402,6 +1443,19 @@ class Connection:
         self._out.append(F.rst_stream(stream_id, code))
         self._out_bytes += 13
         return True
+
+    def credit_reset_budget(self, count: float = 1.0) -> None:
+        """Server role: give ``count`` tokens back to the rapid-reset budget (up to its
+        burst).
+
+        For the I/O layer, which knows what the core cannot: a peer's RST_STREAM on a
+        request whose handler had already started is an ordinary cancellation (the
+        server did the work, and MAX_CONCURRENT_STREAMS, counted until the handler
+        unwinds, bounds it); the rapid-reset pattern resets requests before any handler
+        runs. Crediting those resets back keeps a client that cancels many calls from
+        being taken for an attacker.
+        """
+        self._reset_budget.give(count)
 
     def release_stream(self, stream_id: int) -> None:
         """Server role: the request's handler has finished (after cancellation has

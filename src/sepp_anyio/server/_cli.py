@@ -64,7 +64,7 @@ from .._version import __version__
 from ._config import ServerConfig
 from ._errors import ConfigError
 from ._memory import MemoryStore
-from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, serve
+from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, default_backend, serve
 from ._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
 from ._sqlite import SqliteStore
 from ._store import Store
@@ -181,6 +181,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"time calls in progress get to finish on shutdown (default: "
         f"{DEFAULT_SHUTDOWN_GRACE:g})",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default=default_backend(),
+        help="event loop to run on (default: $SEPP_SERVER_BACKEND, else asyncio; trio must "
+        "be installed for trio)",
     )
     parser.add_argument(
         "--log-level",
@@ -351,7 +358,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     except ConfigError as bad:
         return _config_error(parser, bad)
     try:
-        anyio.run(_run, settings, backend="asyncio")
+        anyio.run(_run, settings, backend=args.backend)
     except KeyboardInterrupt:
         return 130
     except BaseException as raw:

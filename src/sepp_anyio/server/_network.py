@@ -1,36 +1,42 @@
-"""The reference server on the network: grpclib over an engine, with graceful shutdown.
+"""The reference server on the network: our HTTP/2 core over anyio, with graceful shutdown.
 
 ::
 
     serve(config, host=..., port=..., store=...)      runs until cancelled
       async with Engine(config, store)                 the semantics (anyio)
-        async with NetworkServer(engine, ...)          grpclib server: QueueService + Health
+        async with NetworkServer(engine, ...)          QueueService + Health over HTTP/2
           task_status.started(port)
           sleep_forever()
         # cancelled -> NetworkServer's graceful stop, then the engine closes its store
 
-Graceful stop (shielded, bounded by ``shutdown_grace``), mirroring the real server (§3.14):
+The network side runs on asyncio and trio alike: a TCP listener (TLS with ALPN ``h2`` when
+configured), one task group per connection (:mod:`._served`, on the server role of
+:mod:`sepp_anyio._http2`), one cancel scope per call.  Calls are dispatched to the service
+layer (:mod:`._service`) by ``:path``.
 
-1. ``engine.shutdown()``: every parked Reserve answers empty at once, later ones too;
-2. new connections are closed as soon as they are accepted;
-3. calls in progress get up to ``shutdown_grace`` seconds to send their replies;
-4. every connection then gets an HTTP/2 GOAWAY (NO_ERROR, last stream 2^31-1), and clients
-   get up to a second to hang up by themselves.  The GOAWAY comes only after the replies:
-   h2-based clients (ours, grpclib's) read frames that follow a GOAWAY in the same packet
-   as a protocol error.  Letting the client hang up spares it from seeing the connection
-   drop before it has read its last reply;
-5. grpclib's ``close()`` stops listening and cancels what is left; every remaining
-   connection is closed (buffered replies are flushed first); transports that do not close
-   within a second (a TLS peer ignoring close_notify) are aborted.
+Accepting pauses while ``max_connections`` are open; a client IP address with
+``max_connections_per_ip`` open gets its next connection closed at once; TLS handshakes
+have ``tls_handshake_timeout`` (all ``[server]`` keys, see :mod:`._netlimits`).
 
-grpclib's server is asyncio-only, so everything here needs the asyncio backend
-(``anyio.run(..., backend="asyncio")`` or ``asyncio.run``).  :class:`ServerThread` runs a
-server in a background thread with its own event loop, for tests and scripts on any backend.
+Graceful stop (shielded, bounded by ``shutdown_grace`` plus a few seconds), mirroring the
+real server (§3.14) and grpc-go's graceful GOAWAY:
+
+1. ``engine.shutdown()``: every parked Reserve answers empty at once, later ones too; the
+   health service answers NOT_SERVING;
+2. the listener closes: no new connections;
+3. every connection gets GOAWAY(2^31-1) and a PING; on the PING's ACK (or after 5 s) a
+   second GOAWAY naming the last request it will serve.  Requests sent in between are
+   still served;
+4. calls in progress get up to ``shutdown_grace`` seconds; each connection flushes and
+   closes once its last call has ended, giving the client a second to hang up first;
+5. what is left is cancelled.
+
+:class:`ServerThread` runs a server in a background thread with its own event loop, for
+tests and scripts whatever their backend.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
@@ -38,34 +44,39 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import AsyncGenerator
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, Literal, Self, final
 
 import anyio
-import grpclib.config
-import grpclib.server
-from anyio.abc import TaskStatus
-from grpclib.const import Status
-from grpclib.metadata import decode_timeout
-from grpclib.protocol import H2Protocol
+import anyio.abc
+import anyio.lowlevel
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.tls import TLSStream
+from grpclib.const import Handler
 
-from sepp_anyio._transport._h2quiet import install_quiet_frames
+from sepp_anyio._http2 import Limits
 
 from ._clock import Clock
 from ._config import ServerConfig
 from ._engine import Engine
 from ._errors import ConfigError
+from ._netlimits import NetworkLimits, http2_limits, network_limits
+from ._served import ServedConnection
 from ._service import HealthService, MessageCodec, QueueService
 from ._store import Store
 
 __all__ = [
+    "BACKEND_ENV",
     "DEFAULT_SHUTDOWN_GRACE",
     "LISTENING_LOGGER",
+    "Backend",
     "NetworkServer",
     "ServerThread",
+    "default_backend",
     "serve",
     "server_ssl_context",
 ]
@@ -77,28 +88,35 @@ LISTENING_LOGGER = "sepp_anyio.server.listening"
 
 #: Seconds that calls in progress get to finish when the server stops.
 DEFAULT_SHUTDOWN_GRACE = 10.0
-# Seconds that clients get to hang up after their last reply, and that closing connections
-# get before their transports are aborted.
+# Seconds a closing connection gets before its transport is dropped.
 _CLOSE_TIMEOUT = 1.0
-# HTTP/2 GOAWAY, NO_ERROR, last stream id 2^31-1: the first frame of a graceful shutdown
-# (RFC 9113 section 6.8).  Hand-encoded: grpclib keeps its h2 connection private.
-_GOAWAY = (
-    (8).to_bytes(3, "big")  # payload length
-    + b"\x07\x00"  # type GOAWAY, no flags
-    + (0).to_bytes(4, "big")  # stream 0
-    + (2**31 - 1).to_bytes(4, "big")  # last stream id
-    + (0).to_bytes(4, "big")  # NO_ERROR
-)
+
+#: The event loops the server runs on.
+Backend = Literal["asyncio", "trio"]
+#: The environment variable naming the default backend of the CLI and :class:`ServerThread`
+#: (so a test suite can run every server it starts on trio).
+BACKEND_ENV = "SEPP_SERVER_BACKEND"
 
 
-def _require_asyncio() -> asyncio.AbstractEventLoop:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        raise RuntimeError(
-            "the network server runs on grpclib, which needs the asyncio backend; "
-            "use anyio.run(..., backend='asyncio') or sepp_anyio.server.ServerThread"
-        ) from None
+def default_backend() -> Backend:
+    """``$SEPP_SERVER_BACKEND`` if it is ``asyncio`` or ``trio``, else ``asyncio``."""
+    return "trio" if os.environ.get(BACKEND_ENV, "").strip().lower() == "trio" else "asyncio"
+
+
+def call_soon_threadsafe(token: anyio.lowlevel.EventLoopToken, func: Callable[[], None]) -> None:
+    """Schedule ``func`` on the event loop of ``token`` from any thread, without waiting.
+
+    (``anyio.from_thread.run_sync`` waits, and trio refuses it from a thread that runs a
+    trio loop of its own: a test on trio stopping a server thread on trio.)
+
+    Raises:
+        RuntimeError: the loop has ended.
+    """
+    native: Any = token.native_token
+    if hasattr(native, "call_soon_threadsafe"):  # asyncio
+        native.call_soon_threadsafe(func)
+    else:  # trio
+        native.run_sync_soon(func)
 
 
 def server_ssl_context(
@@ -125,8 +143,9 @@ def server_ssl_context(
 
 
 async def _listening_socket(host: str, port: int) -> socket.socket:
-    # The socket is made here rather than by asyncio so that the bound port is known (port 0
-    # asks for an ephemeral one) without reaching into grpclib's server object.
+    # The socket is made here (rather than by anyio.create_tcp_listener, which binds every
+    # address a name resolves to) so that exactly one address is bound and its port is known
+    # (port 0 asks for an ephemeral one).
     # No AI_ADDRCONFIG: it hides loopback addresses on hosts whose only interface is lo.
     infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     if not infos:
@@ -151,127 +170,6 @@ def _format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class _Connection(H2Protocol):
-    """grpclib's HTTP/2 connection, registered with the server so that stop can close it."""
-
-    def __init__(self, inner: H2Protocol, server: _GrpcServer, *, refuse: bool) -> None:
-        super().__init__(inner.handler, inner.config, inner.h2_config)
-        self._server = server
-        self._refuse = refuse
-        self.transport: asyncio.BaseTransport | None = None
-        self.lost = asyncio.Event()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        super().connection_made(transport)
-        # Before any data arrives: h2 would format a repr of every received frame.
-        install_quiet_frames(self.connection._connection)
-        self._server.connections.add(self)
-        if self._refuse:
-            # Shutting down: no new connections (the listener is still open until grpclib's
-            # close(), which would also cancel the calls we are letting finish).
-            self.close()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            super().connection_lost(exc)
-        finally:
-            self._server.connections.discard(self)
-            self.lost.set()
-
-    def goaway(self) -> None:
-        """Tell the client we are going away (see ``_GOAWAY``); the connection stays usable.
-
-        Safe between grpclib's writes: grpclib hands h2's output to the transport whole,
-        frame by frame, so a frame written here never splits another one.
-        """
-        if isinstance(self.transport, asyncio.WriteTransport) and not self.transport.is_closing():
-            self.transport.write(_GOAWAY)
-
-    def close(self) -> None:
-        """Close the connection: pending writes are flushed, then FIN (TLS: close_notify)."""
-        if self.transport is not None and not self.transport.is_closing():
-            self.processor.close("server shutting down")
-
-    def abort(self) -> None:
-        if isinstance(self.transport, asyncio.WriteTransport):
-            self.transport.abort()
-
-
-#: A call whose ``grpc-timeout`` is shorter than this is not run: it is answered
-#: DEADLINE_EXCEEDED when its deadline passes (see ``_Handler``).
-_MIN_CALL_TIMEOUT = 0.001
-
-
-async def _deadline_exceeded(stream: Any, release_stream: Any, remaining: float) -> None:
-    try:
-        # Never before the deadline: the client must see its own deadline pass first.
-        await asyncio.sleep(remaining)
-        await grpclib.server._abort(stream, 200, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
-    except Exception as exc:  # the client went away meanwhile
-        logger.debug("could not answer a call with an expired deadline: %r", exc)
-    finally:
-        release_stream()
-
-
-class _Handler(grpclib.server.Handler):
-    """grpclib's per-connection call handler, for calls whose deadline is (all but) over
-    when they arrive.
-
-    grpclib 0.4.9 restarts the clock of ``grpc-timeout`` when the call's task starts and, if
-    nothing is left of it by then (``1n``, a few microseconds), reports the deadline as an
-    application error: it logs a traceback and answers UNKNOWN "Internal Server Error".
-    Such a call is not run at all here; it is answered DEADLINE_EXCEEDED once its deadline
-    has passed.
-    """
-
-    def accept(self, stream: Any, headers: Any, release_stream: Any) -> None:
-        try:
-            timeout = min(
-                (decode_timeout(value) for key, value in headers if key == "grpc-timeout"),
-                default=None,
-            )
-        except ValueError:
-            timeout = None  # grpclib answers a malformed grpc-timeout itself
-        if timeout is not None and timeout < _MIN_CALL_TIMEOUT:
-            self.__gc_step__()
-            self._tasks[stream] = self.loop.create_task(
-                _deadline_exceeded(stream, release_stream, timeout)
-            )
-            return
-        super().accept(stream, headers, release_stream)
-
-
-class _GrpcServer(grpclib.server.Server):
-    """grpclib's server, keeping hold of its connections.
-
-    grpclib's ``close()`` cancels running calls but leaves connections open; the only place
-    to learn about connections is the protocol factory.  grpclib is pinned exactly
-    (``==0.4.9``), which is what makes overriding this internal hook acceptable.
-    """
-
-    def __init__(self, handlers: list[Any], *, codec: MessageCodec) -> None:
-        super().__init__(
-            handlers,
-            codec=codec,
-            # The real server pings idle-looking connections every 30 s and gives up after
-            # 10 s without an answer (protocol §4.1).
-            config=grpclib.config.Configuration(_keepalive_time=30.0, _keepalive_timeout=10.0),
-        )
-        self.connections: set[_Connection] = set()
-        self.refusing = False
-
-    def _protocol_factory(self) -> H2Protocol:
-        # grpclib's own factory, with our handler.
-        self.__gc_step__()
-        handler = _Handler(
-            self._mapping, self._codec, self._status_details_codec, self.__dispatch__
-        )
-        self._handlers.add(handler)
-        inner = H2Protocol(handler, self._config, self._h2_config)
-        return _Connection(inner, self, refuse=self.refusing)
-
-
 @final
 class NetworkServer(anyio.AsyncContextManagerMixin):
     """Serve a running engine over gRPC while inside ``async with``.
@@ -282,13 +180,14 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         port: TCP port; 0 picks a free one (read it back from :attr:`port`).
         ssl_context: TLS (see :func:`server_ssl_context`); None for plaintext.
         shutdown_grace: seconds calls in progress get to finish on exit.
+        limits: the HTTP/2 defences (default: from ``engine.config.server``).
+        network: timeouts and connection caps (default: from ``engine.config.server``).
 
     Entering binds and starts listening.  Leaving stops gracefully (see the module
-    docstring), shielded from cancellation and bounded by ``shutdown_grace`` plus at
-    most three seconds.  Needs the asyncio backend.
+    docstring), shielded from cancellation and bounded by ``shutdown_grace`` plus a few
+    seconds.  Runs on asyncio and trio.
 
     Raises:
-        RuntimeError: not on asyncio.
         OSError: the address cannot be bound (for example the port is in use).
     """
 
@@ -300,14 +199,23 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        limits: Limits | None = None,
+        network: NetworkLimits | None = None,
     ) -> None:
         self._engine = engine
         self._host = host
         self._requested_port = port
         self._ssl_context = ssl_context
         self._grace = shutdown_grace
+        section = engine.config.server
+        self._limits = limits if limits is not None else http2_limits(section)
+        self._net = network if network is not None else network_limits(section)
         self._service = QueueService(engine)
         self._bound: tuple[str, int] | None = None
+        self._connections: set[ServedConnection] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._stopping = False
+        self._scopes: set[anyio.CancelScope] = set()
 
     @property
     def host(self) -> str:
@@ -333,61 +241,163 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         """QueueService calls in progress."""
         return self._service.active_calls
 
+    @property
+    def connections(self) -> tuple[ServedConnection, ...]:
+        """The connections being served (a snapshot)."""
+        return tuple(self._connections)
+
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
-        _require_asyncio()
         codec = MessageCodec(self._engine.config.limits.max_message_bytes)
-        server = _GrpcServer([self._service, HealthService(self._engine)], codec=codec)
+        routes: dict[str, Handler] = {
+            **self._service.__mapping__(),
+            **HealthService(self._engine).__mapping__(),
+        }
         sock = await _listening_socket(self._host, self._requested_port)
+        host, port = sock.getsockname()[:2]
         try:
-            await server.start(sock=sock, ssl=self._ssl_context)
+            listener = await SocketListener.from_socket(sock)
         except BaseException:
             sock.close()
             raise
-        host, port = sock.getsockname()[:2]
         self._bound = (host, port)
+        self._stopping = False
         try:
-            yield self
+            async with anyio.create_task_group() as tg:
+                accept_scope = anyio.CancelScope()
+                tg.start_soon(self._accept_loop, listener, accept_scope, tg, routes, codec)
+                try:
+                    yield self
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._stop(listener, accept_scope)
+                    tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._stop(server)
             self._bound = None
 
-    async def _stop(self, server: _GrpcServer) -> None:
+    async def _accept_loop(
+        self,
+        listener: SocketListener,
+        scope: anyio.CancelScope,
+        tg: TaskGroup,
+        routes: Mapping[str, Handler],
+        codec: MessageCodec,
+    ) -> None:
+        slots = anyio.Semaphore(self._net.max_connections)
+        with scope:
+            while True:
+                # Accepting pauses while every slot is taken (the backlog holds the rest).
+                await slots.acquire()
+                try:
+                    stream = await listener.accept()
+                except anyio.ClosedResourceError:  # stopping
+                    slots.release()
+                    return
+                except OSError as exc:  # EMFILE and friends: back off, keep serving
+                    slots.release()
+                    logger.warning("accept failed: %s", exc)
+                    await anyio.sleep(0.1)
+                    continue
+                except BaseException:
+                    slots.release()
+                    raise
+                tg.start_soon(self._serve_one_shielded, stream, slots, routes, codec)
+
+    async def _serve_one_shielded(
+        self,
+        raw: SocketStream,
+        slots: anyio.Semaphore,
+        routes: Mapping[str, Handler],
+        codec: MessageCodec,
+    ) -> None:
+        # Connections are shielded from the cancellation that stops the server: its graceful
+        # stop decides when they end, and cancels their scopes once the grace is over.
+        with anyio.CancelScope(shield=True) as scope:
+            self._scopes.add(scope)
+            try:
+                await self._serve_one(raw, slots, routes, codec)
+            finally:
+                self._scopes.discard(scope)
+
+    async def _serve_one(
+        self,
+        raw: SocketStream,
+        slots: anyio.Semaphore,
+        routes: Mapping[str, Handler],
+        codec: MessageCodec,
+    ) -> None:
+        address = raw.extra(SocketAttribute.remote_address)
+        ip = str(address[0]) if isinstance(address, tuple) else str(address)
+        self._per_ip[ip] += 1
+        stream: anyio.abc.ByteStream = raw
+        try:
+            if self._per_ip[ip] > self._net.max_connections_per_ip:
+                logger.debug("refusing a connection from %s: too many from it", ip)
+                return
+            with contextlib.suppress(OSError):
+                raw.extra(SocketAttribute.raw_socket).setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+                )
+            if self._ssl_context is not None:
+                with anyio.move_on_after(self._net.tls_handshake_timeout):
+                    try:
+                        stream = await TLSStream.wrap(
+                            raw,
+                            server_side=True,
+                            ssl_context=self._ssl_context,
+                            standard_compatible=False,
+                        )
+                    except (
+                        ssl.SSLError,
+                        OSError,
+                        anyio.BrokenResourceError,
+                        anyio.EndOfStream,
+                    ) as exc:
+                        logger.debug("TLS handshake with %s failed: %s", ip, exc)
+                        return
+                if stream is raw:
+                    logger.debug("TLS handshake with %s timed out", ip)
+                    return
+            if self._stopping:
+                return
+            connection = ServedConnection(
+                stream, routes=routes, codec=codec, limits=self._limits, net=self._net, peer=ip
+            )
+            self._connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                self._connections.discard(connection)
+        finally:
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
+            slots.release()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+                with contextlib.suppress(Exception):
+                    await raw.aclose()
+
+    async def _stop(self, listener: SocketListener, accept_scope: anyio.CancelScope) -> None:
         self._engine.shutdown()
-        server.refusing = True
-        with anyio.move_on_after(self._grace) as scope:
-            await self._service.wait_idle()
+        self._stopping = True
+        accept_scope.cancel()
+        with contextlib.suppress(Exception):
+            await listener.aclose()
+        for connection in list(self._connections):
+            connection.begin_shutdown()
+        with anyio.move_on_after(self._grace + self._net.goaway_ping_timeout) as scope:
+            for connection in list(self._connections):
+                await connection.done.wait()
         if scope.cancelled_caught:
             logger.warning(
                 "%d call(s) still running after the %.1f s shutdown grace; cancelling them",
-                self._service.active_calls,
+                sum(connection.active_calls for connection in self._connections),
                 self._grace,
             )
-        else:
-            for connection in list(server.connections):
-                connection.goaway()
-            with anyio.move_on_after(_CLOSE_TIMEOUT):
-                for connection in list(server.connections):
-                    await connection.lost.wait()
-        server.close()
-        connections = list(server.connections)
-        for connection in connections:
-            connection.close()
-        with anyio.move_on_after(_CLOSE_TIMEOUT):
-            for connection in connections:
-                await connection.lost.wait()
-        for connection in list(server.connections):
-            connection.abort()
-        # Aborted transports report connection_lost on the next loop iteration.
-        with anyio.move_on_after(_CLOSE_TIMEOUT):
-            for connection in connections:
-                await connection.lost.wait()
-        # Cancelled handlers end at their next checkpoint; the bound is a backstop only.
-        with anyio.move_on_after(_CLOSE_TIMEOUT) as scope:
-            await server.wait_closed()
-        if scope.cancelled_caught:
-            logger.warning("some calls did not end after cancellation; leaving them behind")
+        for connection_scope in list(self._scopes):
+            connection_scope.cancel()
 
 
 @asynccontextmanager
@@ -403,7 +413,6 @@ async def _open_server(
     shutdown_grace: float,
 ) -> AsyncGenerator[tuple[Engine, NetworkServer]]:
     """Engine + network server, listening on entry; the body of :func:`serve`."""
-    _require_asyncio()
     if (tls_cert is None) != (tls_key is None):
         missing = "server.tls_key_path" if tls_key is None else "server.tls_cert_path"
         raise ConfigError(missing, "must be given too: TLS needs both a certificate and a key")
@@ -456,12 +465,11 @@ async def serve(
 
     Cancellation is the way to stop it: the server stops gracefully (parked reserves answer
     empty, calls in progress get ``shutdown_grace`` seconds), then the engine closes its
-    store.  Needs the asyncio backend.
+    store.  Runs on asyncio and trio.
 
     Raises:
         ConfigError: only one TLS path, or unusable TLS files.
         OSError: the address cannot be bound, or the store cannot be opened.
-        RuntimeError: not running on asyncio.
     """
     async with _open_server(
         config if config is not None else ServerConfig(),
@@ -479,7 +487,7 @@ async def serve(
 
 @final
 class ServerThread:
-    """A reference server in a background thread with its own asyncio event loop.
+    """A reference server in a background thread with its own event loop.
 
     For tests and scripts whatever their backend (trio included)::
 
@@ -489,6 +497,8 @@ class ServerThread:
     Args:
         config, store, tls_cert, tls_key, shutdown_grace: as for :func:`serve`.
         host, port: where to listen (default: 127.0.0.1 and a free port).
+        backend: the thread's event loop, ``"asyncio"`` or ``"trio"`` (default:
+            :func:`default_backend`).
 
     :meth:`start` blocks until the server listens (or raises what stopped it from starting);
     :meth:`stop` stops it gracefully (up to ``shutdown_grace`` for calls in progress) and
@@ -507,10 +517,12 @@ class ServerThread:
         tls_cert: str | os.PathLike[str] | None = None,
         tls_key: str | os.PathLike[str] | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        backend: Backend | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.host = host
         self.port = port
+        self.backend: Backend = backend if backend is not None else default_backend()
         self._open = partial(
             _open_server,
             self.config,
@@ -523,7 +535,7 @@ class ServerThread:
         )
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
         self._scope: anyio.CancelScope | None = None
         self._error: BaseException | None = None
         self._network: NetworkServer | None = None
@@ -574,17 +586,17 @@ class ServerThread:
             RuntimeError: the thread did not end within ``timeout`` seconds.
             Exception: whatever made the server fail while it was running.
         """
-        thread, loop, scope = self._thread, self._loop, self._scope
+        thread, token, scope = self._thread, self._token, self._scope
         if thread is None:
             return
-        if loop is not None and scope is not None:
+        if token is not None and scope is not None:
             # The loop may have ended by itself (a crash); then there is nothing to cancel.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(scope.cancel)
+                call_soon_threadsafe(token, scope.cancel)
         thread.join(timeout)
         if thread.is_alive():
             raise RuntimeError(f"the server thread did not stop within {timeout} s")
-        self._thread = self._loop = self._scope = None
+        self._thread = self._token = self._scope = None
         error = self._take_error()
         if error is not None:
             raise error
@@ -595,14 +607,14 @@ class ServerThread:
 
     def _run(self) -> None:
         try:
-            anyio.run(self._main, backend="asyncio")
+            anyio.run(self._main, backend=self.backend)
         except BaseException as exc:  # handed to start() / stop(), which re-raise it
             self._error = exc
         finally:
             self._ready.set()
 
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._token = anyio.lowlevel.current_token()
         with anyio.CancelScope() as scope:
             self._scope = scope
             async with self._open(port=self.port) as (_, network):

@@ -103,6 +103,59 @@ class ServerSection:
     #: Only queues declared in ``[[queues]]`` may be used (hot-reloadable).
     strict_queues: bool = _bool(False)
 
+    # The network side's defences (``http2-hardening.md``); read when the server starts.
+    #: TLS handshake time allowed after accept.
+    tls_handshake_timeout_ms: int = _int(10_000, lo=1)
+    #: Time for the client's HTTP/2 preface and first SETTINGS after accept.
+    handshake_timeout_ms: int = _int(10_000, lo=1)
+    #: Time for the client to acknowledge our SETTINGS (else SETTINGS_TIMEOUT).
+    settings_ack_timeout_ms: int = _int(10_000, lo=1)
+    #: A connection without calls this long gets GOAWAY and is closed; 0: never.
+    idle_timeout_ms: int = _int(300_000)
+    #: Nothing read this long: the server PINGs; 0: never.
+    keepalive_time_ms: int = _int(60_000)
+    #: A server PING unanswered this long closes the connection.
+    keepalive_timeout_ms: int = _int(20_000, lo=1)
+    #: Output pending with none of it written this long closes the connection; 0: never.
+    write_timeout_ms: int = _int(30_000)
+    #: The longest a call runs (grpc-timeout is clamped to it).
+    max_call_duration_ms: int = _int(600_000, lo=1)
+    #: Connections at once (accepting pauses while full) and per client IP address.
+    max_connections: int = _int(1024, lo=1)
+    max_connections_per_ip: int = _int(128, lo=1)
+    #: Client PINGs sooner than this after the previous one are strikes ...
+    keepalive_min_time_ms: int = _int(10_000)
+    #: ... also while no call is open (if false, 2 h is the minimum then) ...
+    keepalive_permit_without_stream: bool = _bool(True)
+    #: ... and one more strike than this ends the connection (``too_many_pings``).
+    keepalive_max_strikes: int = _int(2)
+    #: SETTINGS_MAX_CONCURRENT_STREAMS (calls running at once per connection).
+    http2_max_concurrent_streams: int = _int(100, lo=1, hi=U32_MAX)
+    #: New streams taken from one read; more are refused.
+    http2_max_new_streams_per_read: int = _int(200, lo=1)
+    #: Rapid-reset budget (CVE-2023-44487) and its refill per second.
+    http2_reset_budget: int = _int(200, lo=1)
+    http2_reset_refill_per_second: int = _int(10)
+    #: SETTINGS_MAX_FRAME_SIZE, checked on each frame header.
+    http2_max_frame_size: int = _int(16_384, lo=16_384, hi=(1 << 24) - 1)
+    #: SETTINGS_MAX_HEADER_LIST_SIZE (over: RESOURCE_EXHAUSTED).
+    http2_max_header_list_size: int = _int(16 << 10, lo=1, hi=U32_MAX)
+    #: Decoded header bytes at which HPACK decoding stops (ENHANCE_YOUR_CALM).
+    http2_max_decoded_header_bytes: int = _int(32 << 10, lo=1)
+    #: Encoded bytes of one header block, and CONTINUATION frames in it.
+    http2_max_header_block_bytes: int = _int(32 << 10, lo=1)
+    http2_max_continuations: int = _int(8)
+    #: Reply frames (ACKs, resets) queued while the client does not read.
+    http2_max_queued_control_frames: int = _int(1000, lo=1)
+    #: Queued output at which reading pauses.
+    http2_max_pending_output_bytes: int = _int(1 << 20, lo=1)
+    #: Budget of cheap useless frames (burst, refill per second) and empty frames in a row.
+    http2_glitch_burst: int = _int(1000, lo=1)
+    http2_glitch_refill_per_second: int = _int(33)
+    http2_max_consecutive_empty_frames: int = _int(10, lo=1)
+    #: Entries in one SETTINGS frame.
+    http2_max_settings_entries: int = _int(32, lo=1)
+
     def __post_init__(self) -> None:
         check_fields(self, "server")
         if (self.tls_cert_path is None) != (self.tls_key_path is None):

@@ -11,6 +11,7 @@ fixtures only (no hooks, no options, no change to how tests are collected or run
     server is shared by the whole session: give each test its own queue names.  It reads
     ``SEPP_<SECTION>__<FIELD>`` variables (and ``SEPP_CONFIG``) like the command line, but
     runs in a temporary directory, so a project's own ``./sepp.toml`` is not picked up.
+    ``SEPP_SERVER_BACKEND=trio`` runs it on trio (default: asyncio).
 
     With the environment variable ``SEPP_TEST_ADDR`` (``host:port`` or
     ``http(s)://host:port``), no process is started and that server is used instead, as the

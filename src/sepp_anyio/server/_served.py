@@ -1,0 +1,615 @@
+"""One served HTTP/2 connection: the I/O loop around the sans-IO core, on anyio.
+
+:class:`ServedConnection` owns a connected byte stream (TCP, or TLS with ALPN ``h2``) and an
+:class:`sepp_anyio._http2.Connection` in the server role.  :meth:`ServedConnection.run` runs
+one task group per connection:
+
+* the **reader** (the ``run`` task itself) feeds what it reads to the core and dispatches
+  the events: a request starts a call task, DATA goes to its call, a reset cancels it.  It
+  stops reading while the queued output is over its bound
+  (``Connection.should_pause_reading``), so a client that sends and never reads cannot make
+  replies pile up; and it takes a checkpoint after each chunk, so one busy connection
+  cannot starve the others;
+* the **writer** writes whatever the core has queued, and closes the connection when
+  nothing of it could be written for ``write_timeout``;
+* the **watchdog** enforces the handshake timeout (preface and first SETTINGS, then our
+  SETTINGS acknowledged), the idle timeout (no call for ``idle_timeout``: GOAWAY), and
+  dead-peer detection (a PING after ``ping_after`` of silence, closed without its ACK);
+* one task per call, with its own cancel scope: the deadline (``grpc-timeout``, at most
+  ``max_call_seconds``), a reset from the client, or the connection's end cancel it.
+  The stream is released to the core in the task's ``finally``, once cancellation has
+  unwound, so MAX_CONCURRENT_STREAMS counts running handlers.
+
+The core decides every protocol matter (limits, budgets, errors and their GOAWAYs); this
+module only moves bytes, runs handlers and keeps time.  All core calls happen between
+awaits, on the connection's own event loop, so no locking is needed.
+
+Graceful shutdown (:meth:`ServedConnection.begin_shutdown`): GOAWAY(2^31-1) and a PING;
+on the PING's ACK (or after ``goaway_ping_timeout``) a second GOAWAY with the last request
+handed over.  Requests that arrive in between are served; once no call is left the
+connection flushes its output and gives the client ``close_linger`` to hang up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+from grpclib.const import Handler, Status
+
+from sepp_anyio._http2 import (
+    MAX_STREAM_ID,
+    Connection,
+    ConnectionClosedError,
+    ConnectionTerminated,
+    DataReceived,
+    ErrorCode,
+    Limits,
+    PingAcknowledged,
+    RemoteSettingsChanged,
+    RequestHeadersTooLarge,
+    RequestReceived,
+    SettingsAcknowledged,
+    StreamClosedError,
+    StreamReset,
+    TrailersReceived,
+    WindowUpdated,
+)
+
+from ._call import CallGone, ServerCall
+from ._grpcwire import RESPONSE_HEADERS, metadata_problem, parse_timeout, trailers, trailers_only
+from ._netlimits import NetworkLimits
+from ._service import MessageCodec
+
+__all__ = ["ServedConnection"]
+
+logger = logging.getLogger("sepp_anyio.server")
+
+#: A call whose ``grpc-timeout`` is shorter than this is not run: it is answered
+#: DEADLINE_EXCEEDED once its deadline has passed (running it would race the deadline).
+_MIN_CALL_TIMEOUT: Final = 0.001
+_READ_SIZE: Final = 65536
+_SHUTDOWN_PING: Final = b"shutdown"
+_KEEPALIVE_PING: Final = b"keepaliv"
+_STREAM_GONE: Final = (StreamClosedError, ConnectionClosedError)
+_IO_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    ssl.SSLError,
+    OSError,
+)
+
+
+class ServedConnection:
+    """An HTTP/2 connection served to one client.
+
+    Args:
+        stream: the connected stream (TLS already negotiated, if any).
+        routes: ``:path`` -> handler (``QueueService`` and ``HealthService`` mappings).
+        codec: the message codec with the request-size limit.
+        limits: the HTTP/2 core's defences.
+        net: timeouts of the I/O layer.
+        peer: the client's address, for logs.
+        clock: the monotonic clock (``anyio.current_time``: virtual under trio's MockClock).
+    """
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        *,
+        routes: Mapping[str, Handler],
+        codec: MessageCodec,
+        limits: Limits,
+        net: NetworkLimits,
+        peer: str = "?",
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self.h2 = Connection(client_side=False, limits=limits)
+        self._stream = stream
+        self._routes = routes
+        self._codec = codec
+        self._net = net
+        self.peer = peer
+        self._clock = clock
+        self._calls: dict[int, ServerCall] = {}
+        self._wake_writer = anyio.Event()
+        self._taken = anyio.Event()  # set (and replaced) each time the writer takes output
+        self._windows: dict[int, anyio.Event] = {}
+        self._activity = anyio.Event()  # set (and replaced) when calls start or end
+        self._handshake = anyio.Event()
+        self._settings_acked = anyio.Event()
+        self._ping_acked = anyio.Event()
+        self._shutdown_acked = anyio.Event()
+        self._idle_since: float | None = None
+        self._last_read = 0.0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._shutting_down = False
+        self._shutdown_pending = False
+        self._reading_done = False
+        self._reader_scope = anyio.CancelScope()
+        #: The reason the connection ended early (logged at debug), if it did.
+        self.ended_by: str | None = None
+        #: Set once :meth:`run` has returned.
+        self.done = anyio.Event()
+        #: Calls started (for tests and diagnostics).
+        self.calls_started = 0
+        #: Highest number of calls running at once.
+        self.peak_calls = 0
+
+    @property
+    def active_calls(self) -> int:
+        """Calls whose handler is running (until cancellation has unwound)."""
+        return len(self._calls)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Serve until the client hangs up, the connection fails or is closed.
+
+        Never raises for connection trouble (it is logged at debug level).  Cancellation:
+        every call is cancelled and the stream closed (shielded, bounded).
+        """
+        now = self._clock()
+        self._last_read = now
+        self._idle_since = now
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._write_loop)
+                tg.start_soon(self._watchdog)
+                if self._shutdown_pending:
+                    self.begin_shutdown()
+                await self._read_loop()
+                await self._linger()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            self._shutting_down = True
+            for call in list(self._calls.values()):
+                call.on_gone()
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self._net.close_linger),
+                contextlib.suppress(*_IO_ERRORS),
+            ):
+                await self._stream.aclose()
+            logger.debug("connection from %s closed (%s)", self.peer, self.ended_by or "done")
+            self.done.set()
+
+    def close(self, reason: str) -> None:
+        """Close at once (calls are cancelled; queued output is flushed if it can be)."""
+        if self.ended_by is None:
+            self.ended_by = reason
+        if not self.h2.closed:
+            self.h2.close(ErrorCode.NO_ERROR, reason.encode("ascii", "replace"))
+        self._flush()
+        self._stop_reading()
+
+    def goaway(self) -> None:
+        """A graceful GOAWAY(2^31-1): the client should move to a new connection; this one
+        keeps serving (calls already sent, and any sent before the client notices)."""
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR, last_stream_id=MAX_STREAM_ID)
+            self._flush()
+
+    def begin_shutdown(self) -> None:
+        """Start the graceful two-GOAWAY sequence (see the module docstring)."""
+        if self._tg is None:
+            if not self.done.is_set():
+                self._shutdown_pending = True
+            return
+        if self._shutting_down or self.h2.closed or self._reading_done:
+            return
+        if self._tg.cancel_scope.cancel_called:
+            return
+        self._shutting_down = True
+        self.h2.send_goaway(ErrorCode.NO_ERROR, last_stream_id=MAX_STREAM_ID)
+        self.h2.send_ping(_SHUTDOWN_PING)
+        self._flush()
+        self._tg.start_soon(self._shutdown_sequence)
+
+    async def _shutdown_sequence(self) -> None:
+        with anyio.move_on_after(self._net.goaway_ping_timeout):
+            await self._shutdown_acked.wait()
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR)
+            self._flush()
+        while self._calls:
+            await self._next_activity()
+        self._flush()
+        self._stop_reading()
+
+    def _stop_reading(self) -> None:
+        """End the read loop (wherever it waits); the connection then lingers and closes."""
+        self._reading_done = True
+        self._reader_scope.cancel()
+
+    # ------------------------------------------------------------ reading
+
+    async def _read_loop(self) -> None:
+        h2 = self.h2
+        stream = self._stream
+        self._flush()
+        with self._reader_scope:
+            while not self._reading_done and not h2.closed:
+                if h2.should_pause_reading:
+                    await self._wait_taken()
+                    continue
+                try:
+                    data = await stream.receive(_READ_SIZE)
+                except _IO_ERRORS:
+                    self.ended_by = self.ended_by or "the client hung up"
+                    break
+                now = self._clock()
+                self._last_read = now
+                self._dispatch(h2.receive_data(data, now))
+                self._flush()
+                # One busy connection must not starve the others.
+                await anyio.lowlevel.checkpoint()
+        for call in list(self._calls.values()):
+            if h2.closed:
+                call.on_gone()
+            else:
+                call.on_end()
+
+    async def _linger(self) -> None:
+        """Flush what is queued, then give the client ``close_linger`` to hang up (reading
+        and dropping what it sends, so that unread input does not turn the close into a
+        TCP reset that would lose our last frames)."""
+        self._flush()
+        with anyio.move_on_after(self._net.close_linger):
+            while self.h2.pending_output_bytes:
+                await self._wait_taken()
+            while True:
+                try:
+                    await self._stream.receive(_READ_SIZE)
+                except _IO_ERRORS:
+                    return
+
+    def _dispatch(self, events: Sequence[object]) -> None:
+        for event in events:
+            kind = type(event)
+            if kind is DataReceived:
+                assert isinstance(event, DataReceived)
+                call = self._calls.get(event.stream_id)
+                if call is not None:
+                    call.on_data(event.data, event.flow_controlled_length, event.end_stream)
+                else:
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif kind is RequestReceived:
+                assert isinstance(event, RequestReceived)
+                self._on_request(event)
+            elif kind is WindowUpdated:
+                assert isinstance(event, WindowUpdated)
+                self._wake_windows(None if event.stream_id == 0 else event.stream_id)
+            elif kind is StreamReset:
+                assert isinstance(event, StreamReset)
+                call = self._calls.get(event.stream_id)
+                if call is not None:
+                    if event.remote and call.started:
+                        # An ordinary cancellation: the handler ran (and counted against
+                        # MAX_CONCURRENT_STREAMS).  Rapid reset resets requests before
+                        # any handler starts; only those stay charged to the budget.
+                        self.h2.credit_reset_budget()
+                    call.on_gone()
+                self._wake_windows(event.stream_id)
+            elif kind is TrailersReceived:
+                assert isinstance(event, TrailersReceived)
+                call = self._calls.get(event.stream_id)
+                if call is not None:
+                    call.on_end()
+            elif kind is RequestHeadersTooLarge:
+                assert isinstance(event, RequestHeadersTooLarge)
+                self._answer_now(
+                    event.stream_id,
+                    event.end_stream,
+                    Status.RESOURCE_EXHAUSTED,
+                    f"header list size {event.size} exceeds the limit of {event.limit} bytes",
+                )
+            elif kind is PingAcknowledged:
+                assert isinstance(event, PingAcknowledged)
+                if event.data == _SHUTDOWN_PING:
+                    self._shutdown_acked.set()
+                else:
+                    self._ping_acked.set()
+            elif kind is RemoteSettingsChanged:
+                self._handshake.set()
+                self._wake_windows(None)
+            elif kind is SettingsAcknowledged:
+                self._settings_acked.set()
+            elif kind is ConnectionTerminated:
+                assert isinstance(event, ConnectionTerminated)
+                self.ended_by = f"{ErrorCode(event.error_code).name}: {event.reason}"
+                logger.debug("connection from %s ended: %s", self.peer, self.ended_by)
+                for call in list(self._calls.values()):
+                    call.on_gone()
+        if self.h2.handshake_complete:
+            self._handshake.set()
+
+    # ------------------------------------------------------------ calls
+
+    def _on_request(self, event: RequestReceived) -> None:
+        stream_id = event.stream_id
+        path = b""
+        timeout: bytes | None = None
+        metadata: dict[str, str] = {}
+        for name, value in event.headers:
+            if name[:1] == b":":
+                if name == b":path":
+                    path = value
+                continue
+            if name == b"grpc-timeout":
+                timeout = value
+        problem = metadata_problem(event.headers)
+        if problem is not None:
+            self._answer_now(stream_id, event.end_stream, Status.INTERNAL, problem)
+            return
+        for name, value in event.headers:
+            if name[:1] != b":" and not name.endswith(b"-bin"):
+                metadata[name.decode("ascii")] = value.decode("ascii")
+        handler = self._routes.get(path.decode("ascii", "replace"))
+        if handler is None:
+            self._answer_now(stream_id, event.end_stream, Status.UNIMPLEMENTED, "Method not found")
+            return
+        seconds = self._net.max_call_seconds
+        if timeout is not None:
+            try:
+                seconds = parse_timeout(timeout, seconds)
+            except ValueError as exc:
+                self._answer_now(stream_id, event.end_stream, Status.INTERNAL, str(exc))
+                return
+        call = ServerCall(self, stream_id, metadata, handler, self._codec, ended=event.end_stream)
+        self._calls[stream_id] = call
+        self.calls_started += 1
+        if len(self._calls) > self.peak_calls:
+            self.peak_calls = len(self._calls)
+        self._idle_since = None
+        self._activity.set()
+        assert self._tg is not None
+        self._tg.start_soon(self._run_call, call, handler, seconds)
+
+    def _answer_now(self, stream_id: int, end_stream: bool, status: Status, message: str) -> None:
+        """Answer a request handed over by the core without running a handler."""
+        h2 = self.h2
+        try:
+            h2.send_headers(stream_id, trailers_only(status.value, message), end_stream=True)
+            if not end_stream:
+                # Tell the client to stop sending its body; what arrives is refunded.
+                h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+        except _STREAM_GONE:
+            pass
+        finally:
+            h2.release_stream(stream_id)
+
+    async def _run_call(self, call: ServerCall, handler: Handler, seconds: float) -> None:
+        call.started = True
+        try:
+            if seconds < _MIN_CALL_TIMEOUT:
+                with anyio.CancelScope() as scope:
+                    call.scope = scope
+                    # Never before the deadline: the client must see its own deadline pass.
+                    await anyio.sleep(seconds)
+                    self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
+                return
+            with anyio.CancelScope(deadline=self._clock() + seconds) as scope:
+                call.scope = scope
+                await handler.func(call)
+            if scope.cancelled_caught and not call.gone and not call.finished:
+                self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
+        except CallGone:
+            pass
+        except Exception:
+            logger.exception("a call on %s failed unexpectedly", self.peer)
+            self._end_call(call, Status.INTERNAL, "internal error")
+        finally:
+            self._finish_call(call)
+
+    def _end_call(self, call: ServerCall, status: Status, message: str) -> None:
+        if call.finished or call.gone:
+            return
+        with contextlib.suppress(CallGone):
+            self.send_trailers(call, status.value, message)
+
+    def _finish_call(self, call: ServerCall) -> None:
+        stream_id = call.stream_id
+        h2 = self.h2
+        del self._calls[stream_id]
+        unacked = call.release()
+        if not h2.closed:
+            if unacked:
+                h2.acknowledge_received_data(unacked, stream_id)
+            if not call.gone and not (call.finished and call.ended):
+                # Our reply is complete but the client is still sending (or the handler
+                # ended without a reply): stop the stream.
+                h2.reset_stream(
+                    stream_id, ErrorCode.NO_ERROR if call.finished else ErrorCode.CANCEL
+                )
+        h2.release_stream(stream_id)
+        self._wake_windows(stream_id)
+        self._flush()
+        if not self._calls:
+            self._idle_since = self._clock()
+        self._activity.set()
+
+    async def _next_activity(self) -> None:
+        event = self._activity = anyio.Event()
+        await event.wait()
+
+    # The CallLink interface ----------------------------------------------------
+
+    async def send_message(self, call: ServerCall, payload: bytes) -> None:
+        h2 = self.h2
+        stream_id = call.stream_id
+        view = memoryview(payload)
+        offset = 0
+        try:
+            if not call.headers_sent:
+                h2.send_headers(stream_id, RESPONSE_HEADERS, cache_key=RESPONSE_HEADERS)
+                call.headers_sent = True
+            while True:
+                while h2.should_pause_reading:
+                    self._flush()
+                    await self._wait_taken()
+                if call.gone:
+                    raise CallGone
+                sent = h2.send_data(stream_id, view[offset:] if offset else view)
+                offset += sent
+                self._flush()
+                if offset >= len(view):
+                    return
+                await self._wait_window(stream_id)
+                if call.gone:
+                    raise CallGone
+        except _STREAM_GONE:
+            raise CallGone from None
+
+    def send_trailers(self, call: ServerCall, status: int, message: str | None) -> None:
+        if call.gone:
+            raise CallGone
+        h2 = self.h2
+        try:
+            if call.headers_sent:
+                h2.send_headers(call.stream_id, trailers(status, message), end_stream=True)
+            else:
+                h2.send_headers(call.stream_id, trailers_only(status, message), end_stream=True)
+                call.headers_sent = True
+        except _STREAM_GONE:
+            raise CallGone from None
+        call.finished = True
+        self._flush()
+
+    def acknowledge(self, call: ServerCall, length: int) -> None:
+        if not self.h2.closed:
+            self.h2.acknowledge_received_data(length, call.stream_id)
+            self._flush()
+
+    async def _wait_window(self, stream_id: int) -> None:
+        event = self._windows.get(stream_id)
+        if event is None:
+            event = self._windows[stream_id] = anyio.Event()
+        await event.wait()
+
+    def _wake_windows(self, stream_id: int | None) -> None:
+        if stream_id is None:
+            windows = list(self._windows.values())
+            self._windows.clear()
+            for event in windows:
+                event.set()
+        else:
+            waiting = self._windows.pop(stream_id, None)
+            if waiting is not None:
+                waiting.set()
+
+    # ------------------------------------------------------------ writing
+
+    def _flush(self) -> None:
+        if self.h2.pending_output_bytes:
+            self._wake_writer.set()
+
+    async def _wait_taken(self) -> None:
+        await self._taken.wait()
+
+    async def _write_loop(self) -> None:
+        h2 = self.h2
+        stream = self._stream
+        timeout = self._net.write_timeout or math.inf
+        while True:
+            data = h2.data_to_send()
+            taken, self._taken = self._taken, anyio.Event()
+            taken.set()
+            if not data:
+                wake = self._wake_writer = anyio.Event()
+                if h2.pending_output_bytes:
+                    continue
+                await wake.wait()
+                continue
+            with anyio.move_on_after(timeout) as scope:
+                try:
+                    await stream.send(data)
+                except _IO_ERRORS:
+                    self.ended_by = self.ended_by or "the client is gone"
+                    self._abandon()
+                    return
+            if scope.cancelled_caught:
+                self.ended_by = f"no write progress for {timeout:g} s"
+                logger.debug("connection from %s: %s", self.peer, self.ended_by)
+                self._abandon()
+                return
+
+    def _abandon(self) -> None:
+        """The transport is unusable: stop everything now."""
+        for call in list(self._calls.values()):
+            call.on_gone()
+        if not self.h2.closed:
+            self.h2.close()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    # ------------------------------------------------------------ timers
+
+    async def _watchdog(self) -> None:
+        net = self._net
+        start = self._clock()
+        with anyio.move_on_at(start + net.handshake_timeout):
+            await self._handshake.wait()
+        if not self._handshake.is_set():
+            self.close("no HTTP/2 preface and SETTINGS in time")
+            return
+        if not self.h2.settings_acknowledged:
+            with anyio.move_on_at(start + net.settings_ack_timeout):
+                await self._settings_acked.wait()
+            if not self.h2.settings_acknowledged:
+                if not self.h2.closed:
+                    self.h2.close(ErrorCode.SETTINGS_TIMEOUT, b"SETTINGS not acknowledged")
+                self.close("SETTINGS not acknowledged in time")
+                return
+        async with anyio.create_task_group() as tg:
+            if net.ping_after:
+                tg.start_soon(self._keepalive)
+            if net.idle_timeout:
+                await self._idle_watch()
+                tg.cancel_scope.cancel()
+
+    async def _idle_watch(self) -> None:
+        idle = self._net.idle_timeout
+        while True:
+            since = self._idle_since
+            if since is None or self._shutting_down:
+                await self._next_activity()
+                continue
+            event = self._activity = anyio.Event()
+            with anyio.move_on_at(since + idle):
+                await event.wait()
+            since = self._idle_since
+            if since is not None and self._clock() >= since + idle and not self._shutting_down:
+                self.ended_by = "idle"
+                if not self.h2.closed:
+                    self.h2.send_goaway(ErrorCode.NO_ERROR, debug_data=b"idle")
+                self._flush()
+                self._stop_reading()
+                return
+
+    async def _keepalive(self) -> None:
+        net = self._net
+        while True:
+            await anyio.sleep_until(self._last_read + net.ping_after)
+            if self._clock() < self._last_read + net.ping_after:
+                continue
+            if self.h2.closed:
+                return
+            acked = self._ping_acked = anyio.Event()
+            self.h2.send_ping(_KEEPALIVE_PING)
+            self._flush()
+            with anyio.move_on_after(net.ping_timeout):
+                await acked.wait()
+            if not acked.is_set():
+                self.close("keepalive PING not answered")
+                return
