@@ -34,6 +34,7 @@ Methods must be called from the event loop the engine runs in.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -41,7 +42,6 @@ from contextlib import asynccontextmanager
 from typing import Any, Self, final
 
 import anyio
-import anyio.lowlevel
 import betterproto2
 from anyio.abc import TaskStatus
 from grpclib.const import Status
@@ -560,6 +560,12 @@ class Engine(anyio.AsyncContextManagerMixin):
             while True:
                 waiter.woken = False
                 if self._shutdown:
+                    return pb.ReserveResponse(jobs=[])
+                # A call already cancelled (its stream reset, perhaps together with the
+                # wake-up; a backend may deliver that only at a later checkpoint) must not
+                # lease: jobs leased to a reply nobody reads sit out their lease (found
+                # when a nack overtook the reset of a long poll). -inf: "cancelled".
+                if anyio.current_effective_deadline() == -math.inf:
                     return pb.ReserveResponse(jobs=[])
                 # Woken after a wait: the store may have failed meanwhile.
                 committer.check()

@@ -395,12 +395,18 @@ class ServedConnection:
             if seconds < _MIN_CALL_TIMEOUT:
                 with anyio.CancelScope() as scope:
                     call.scope = scope
+                    if call.gone:
+                        scope.cancel()
                     # Never before the deadline: the client must see its own deadline pass.
                     await anyio.sleep(seconds)
                     self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
                 return
             with anyio.CancelScope(deadline=self._clock() + seconds) as scope:
                 call.scope = scope
+                if call.gone:
+                    # Reset before its task ran (on_gone had no scope to cancel): a
+                    # long poll must not park, and lease jobs, for a reply nobody reads.
+                    scope.cancel()
                 await handler.func(call)
             if scope.cancelled_caught and not call.gone and not call.finished:
                 self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
