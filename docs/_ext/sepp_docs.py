@@ -45,6 +45,7 @@ CLI_PARSERS: dict[str, tuple[str, str]] = {
     "sepp-anyio": ("sepp_anyio._cli", "build_parser"),
     "demo": ("sepp_anyio._cli._demo", "build_parser"),
     "worker": ("sepp_anyio._cli._worker", "build_parser"),
+    "cron": ("sepp_anyio._cli._cron", "build_parser"),
     "enqueue": ("sepp_anyio._cli._producer", "enqueue_parser"),
     "info": ("sepp_anyio._cli._producer", "info_parser"),
     "dlq": ("sepp_anyio._cli._producer", "dlq_parser"),
