@@ -4,7 +4,7 @@
   (usage, description, each option with its help and default), so the command-line
   reference cannot drift from the parsers.
 * ``.. sepp-server-config::`` renders every key of the server's configuration from the
-  dataclass declarations in ``sepp_anyio.server._config`` (default, allowed values, the
+  dataclass declarations of ``sepp_anyio.server``'s configuration (default, allowed values, the
   ``SEPP_<SECTION>__<FIELD>`` variable, the ``#:`` comment of the field).
 * ``.. sepp-worker-metrics::`` renders the worker's Prometheus metric families from the
   registry ``WorkerMetrics`` fills.
@@ -22,16 +22,18 @@ undocumented.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
-from sphinx.errors import ExtensionError
+from sphinx.errors import ExtensionError, PycodeError
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
@@ -226,11 +228,19 @@ def _describe_value(f: dataclasses.Field[Any]) -> tuple[str, str]:
     return shown, allowed
 
 
+#: The modules that declare the configuration's dataclasses.
+CONFIG_MODULES = ("sepp_anyio.server._sections", "sepp_anyio.server._config")
+
+
 def config_keys() -> list[ConfigKey]:
     """Every configuration key, in file order, with its documentation."""
     from sepp_anyio.server import _config
 
-    docs = ModuleAnalyzer.for_module(_config.__name__).find_attr_docs()
+    # The section classes are declared in ``_sections`` (their ``__module__`` says
+    # ``sepp_anyio.server``, where they are exported): read the ``#:`` comments of both.
+    docs: dict[tuple[str, str], list[str]] = {}
+    for module in CONFIG_MODULES:
+        docs.update(ModuleAnalyzer.for_module(module).find_attr_docs())
     sections: list[tuple[str, type[Any]]] = [
         (f.name, f.default_factory)  # type: ignore[misc]
         for f in dataclasses.fields(_config.ServerConfig)
@@ -260,7 +270,7 @@ def config_keys() -> list[ConfigKey]:
                 description = f"{comment} {description}".strip() if section == "queues" else comment
             if not description:
                 raise ExtensionError(
-                    f"sepp-server-config: {dotted} has no '#:' comment in _config.py and no "
+                    f"sepp-server-config: {dotted} has no '#:' comment in its dataclass and no "
                     "entry in CONFIG_DESCRIPTIONS"
                 )
             default, allowed = _describe_value(f)
@@ -465,7 +475,54 @@ def _dataclass_factories(
     return signature, return_annotation
 
 
+# --------------------------------------------------------------------------- defining modules
+
+
+def defining_module(obj: object, package: str) -> str | None:
+    """The private module of ``package`` whose source defines ``obj`` (a class or a
+    function), whatever its ``__module__`` says; None if none does."""
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return None
+    for modname in sorted(sys.modules):
+        parts = modname.split(".")
+        if parts[0] != package.split(".")[0] or not any(p.startswith("_") for p in parts[1:]):
+            continue
+        if getattr(sys.modules[modname], qualname.split(".")[0], None) is not obj:
+            continue
+        try:
+            tags = ModuleAnalyzer.for_module(modname).find_tags()
+        except PycodeError:
+            continue
+        if qualname in tags:
+            return modname
+    return None
+
+
+def restore_defining_modules(app: Sphinx) -> None:
+    """Give each public object back the ``__module__`` of the module that defines it.
+
+    The packages rename their public objects' ``__module__`` to the package itself
+    (``sepp_anyio.Payload``, for reprs and pickles), but autodoc reads a class's ``#:``
+    attribute comments from the source of its ``__module__``: without this, no field of a
+    dataclass would be documented. The signatures then name the private paths, which
+    :func:`public_name` resolves to the documented public ones. Only this Sphinx process
+    sees the change.
+    """
+    for package in PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if getattr(obj, "__module__", None) != package:
+                continue
+            real = defining_module(obj, package)
+            if real is not None:
+                with contextlib.suppress(AttributeError, TypeError):
+                    obj.__module__ = real
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", restore_defining_modules)
     app.connect("autodoc-process-signature", _dataclass_factories)
     # After napoleon (priority 500), whose output it corrects.
     app.connect("autodoc-process-docstring", _plain_attribute_docstrings, priority=600)
@@ -476,4 +533,12 @@ def setup(app: Sphinx) -> dict[str, Any]:
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
 
 
-__all__ = ["cli_parsers", "config_keys", "public_name", "setup", "worker_metric_families"]
+__all__ = [
+    "cli_parsers",
+    "config_keys",
+    "defining_module",
+    "public_name",
+    "restore_defining_modules",
+    "setup",
+    "worker_metric_families",
+]

@@ -18,6 +18,7 @@ DOCS = ROOT / "docs"
 _DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: *(?P<language>\S+) *$")
 _OPTION = re.compile(r"^ *:(?P<name>[\w-]+):(?: +(?P<value>.*))?$")
 
+
 @dataclass
 class Block:
     page: Path
