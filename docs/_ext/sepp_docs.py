@@ -9,7 +9,7 @@
 * ``.. sepp-worker-metrics::`` renders the worker's Prometheus metric families from the
   registry ``WorkerMetrics`` fills.
 * A ``missing-reference`` handler resolves a private path that annotations carry
-  (``sepp_anyio._model._types.Job``) to the public name it is re-exported as
+  (``sepp_anyio._model._job.Job``) to the public name it is re-exported as
   (``sepp_anyio.Job``), so signatures link to the documented object. Only a name exported
   under the same object from a public package is accepted; anything else stays a
   (nitpicky) warning.
@@ -499,15 +499,19 @@ def defining_module(obj: object, package: str) -> str | None:
     return None
 
 
+#: The objects whose ``__module__`` a build changed, with the name to give back.
+_RENAMED: list[tuple[Any, str]] = []
+
+
 def restore_defining_modules(app: Sphinx) -> None:
-    """Give each public object back the ``__module__`` of the module that defines it.
+    """Give each public object back the ``__module__`` of the module that defines it, for
+    the build (:func:`rename_public_modules` undoes it when the build ends).
 
     The packages rename their public objects' ``__module__`` to the package itself
     (``sepp_anyio.Payload``, for reprs and pickles), but autodoc reads a class's ``#:``
     attribute comments from the source of its ``__module__``: without this, no field of a
     dataclass would be documented. The signatures then name the private paths, which
-    :func:`public_name` resolves to the documented public ones. Only this Sphinx process
-    sees the change.
+    :func:`public_name` resolves to the documented public ones.
     """
     for package in PUBLIC_PACKAGES:
         module = importlib.import_module(package)
@@ -519,10 +523,20 @@ def restore_defining_modules(app: Sphinx) -> None:
             if real is not None:
                 with contextlib.suppress(AttributeError, TypeError):
                     obj.__module__ = real
+                    _RENAMED.append((obj, package))
+
+
+def rename_public_modules(app: Sphinx, exception: BaseException | None) -> None:
+    """Put the public ``__module__`` back (a build inside a test process leaves the
+    objects as it found them)."""
+    while _RENAMED:
+        obj, package = _RENAMED.pop()
+        obj.__module__ = package
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", restore_defining_modules)
+    app.connect("build-finished", rename_public_modules)
     app.connect("autodoc-process-signature", _dataclass_factories)
     # After napoleon (priority 500), whose output it corrects.
     app.connect("autodoc-process-docstring", _plain_attribute_docstrings, priority=600)
@@ -538,6 +552,7 @@ __all__ = [
     "config_keys",
     "defining_module",
     "public_name",
+    "rename_public_modules",
     "restore_defining_modules",
     "setup",
     "worker_metric_families",

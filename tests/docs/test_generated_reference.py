@@ -83,8 +83,17 @@ def test_the_metric_families_are_the_contracts(ext: ModuleType) -> None:
     }
 
 
+def test_the_telemetry_page_names_every_outcome_label() -> None:
+    from sepp_anyio._health._worker_metrics import OUTCOMES
+
+    text = (DOCS / "reference" / "telemetry.rst").read_text()
+    prometheus = text[text.index("Prometheus (``/metrics``)") :]
+    for label in OUTCOMES.values():
+        assert f"``{label}``" in prometheus, label
+
+
 def test_private_paths_resolve_to_public_names(ext: ModuleType) -> None:
-    assert ext.public_name("sepp_anyio._model._types.Job") == "sepp_anyio.Job"
+    assert ext.public_name("sepp_anyio._model._job.Job") == "sepp_anyio.Job"
     assert ext.public_name("sepp_anyio._worker.Worker.run") == "sepp_anyio.Worker.run"
     assert ext.public_name("sepp_anyio.server._engine.Engine") == "sepp_anyio.server.Engine"
     assert ext.public_name("sepp_anyio._client._Connector") is None  # not exported
