@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from docutils import nodes
+from docutils import nodes  # type: ignore[import-untyped,unused-ignore]
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.errors import ExtensionError, PycodeError
@@ -102,7 +102,10 @@ def render_parser(prog: str, parser: argparse.ArgumentParser, level: str) -> lis
     lines = [prog, level * len(prog), ""]
     lines += [".. code-block:: text", "", _indent(parser.format_usage().strip()), ""]
     if parser.description:
-        if issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter):
+        formatter: Any = parser.formatter_class
+        if isinstance(formatter, type) and issubclass(
+            formatter, argparse.RawDescriptionHelpFormatter
+        ):
             lines += [".. code-block:: text", "", _indent(parser.description), ""]
         else:
             lines += [_rst_escape(parser.description), ""]
@@ -234,7 +237,7 @@ CONFIG_MODULES = ("sepp_anyio.server._sections", "sepp_anyio.server._config")
 
 def config_keys() -> list[ConfigKey]:
     """Every configuration key, in file order, with its documentation."""
-    from sepp_anyio.server import _config
+    from sepp_anyio import server as _config
 
     # The section classes are declared in ``_sections`` (their ``__module__`` says
     # ``sepp_anyio.server``, where they are exported): read the ``#:`` comments of both.
@@ -244,7 +247,7 @@ def config_keys() -> list[ConfigKey]:
     sections: list[tuple[str, type[Any]]] = [
         (f.name, f.default_factory)  # type: ignore[misc]
         for f in dataclasses.fields(_config.ServerConfig)
-        if f.init and f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+        if f.init and f.default_factory is not dataclasses.MISSING
     ]
     sections.append(("queues", _config.QueueConfig))
     keys: list[ConfigKey] = []

@@ -13,8 +13,7 @@ import pytest
 from sphinx.errors import ExtensionError
 
 from sepp_anyio._cli import _COMMANDS
-from sepp_anyio.server import ServerConfig
-from sepp_anyio.server import _config as config_module
+from sepp_anyio.server import LimitsConfig, ServerConfig
 from tests.docs._blocks import DOCS
 
 
@@ -68,7 +67,7 @@ def test_a_config_key_without_a_description_fails_the_build(
     monkeypatch.delitem(ext.CONFIG_DESCRIPTIONS, "limits.max_reserve_batch")
     with pytest.raises(ExtensionError, match=re.escape("limits.max_reserve_batch")):
         ext.config_keys()
-    assert config_module.LimitsConfig().max_reserve_batch == 256
+    assert LimitsConfig().max_reserve_batch == 256
 
 
 def test_the_metric_families_are_the_contracts(ext: ModuleType) -> None:
