@@ -4,12 +4,12 @@
   (usage, description, each option with its help and default), so the command-line
   reference cannot drift from the parsers.
 * ``.. sepp-server-config::`` renders every key of the server's configuration from the
-  dataclass declarations in ``sepp_anyio.server._config`` (default, allowed values, the
+  dataclass declarations of ``sepp_anyio.server``'s configuration (default, allowed values, the
   ``SEPP_<SECTION>__<FIELD>`` variable, the ``#:`` comment of the field).
 * ``.. sepp-worker-metrics::`` renders the worker's Prometheus metric families from the
   registry ``WorkerMetrics`` fills.
 * A ``missing-reference`` handler resolves a private path that annotations carry
-  (``sepp_anyio._model._types.Job``) to the public name it is re-exported as
+  (``sepp_anyio._model._job.Job``) to the public name it is re-exported as
   (``sepp_anyio.Job``), so signatures link to the documented object. Only a name exported
   under the same object from a public package is accepted; anything else stays a
   (nitpicky) warning.
@@ -22,16 +22,18 @@ undocumented.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
-from docutils import nodes
+from docutils import nodes  # type: ignore[import-untyped,unused-ignore]
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
-from sphinx.errors import ExtensionError
+from sphinx.errors import ExtensionError, PycodeError
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
@@ -45,6 +47,7 @@ CLI_PARSERS: dict[str, tuple[str, str]] = {
     "sepp-anyio": ("sepp_anyio._cli", "build_parser"),
     "demo": ("sepp_anyio._cli._demo", "build_parser"),
     "worker": ("sepp_anyio._cli._worker", "build_parser"),
+    "cron": ("sepp_anyio._cli._cron", "build_parser"),
     "enqueue": ("sepp_anyio._cli._producer", "enqueue_parser"),
     "info": ("sepp_anyio._cli._producer", "info_parser"),
     "dlq": ("sepp_anyio._cli._producer", "dlq_parser"),
@@ -99,7 +102,10 @@ def render_parser(prog: str, parser: argparse.ArgumentParser, level: str) -> lis
     lines = [prog, level * len(prog), ""]
     lines += [".. code-block:: text", "", _indent(parser.format_usage().strip()), ""]
     if parser.description:
-        if issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter):
+        formatter: Any = parser.formatter_class
+        if isinstance(formatter, type) and issubclass(
+            formatter, argparse.RawDescriptionHelpFormatter
+        ):
             lines += [".. code-block:: text", "", _indent(parser.description), ""]
         else:
             lines += [_rst_escape(parser.description), ""]
@@ -225,15 +231,23 @@ def _describe_value(f: dataclasses.Field[Any]) -> tuple[str, str]:
     return shown, allowed
 
 
+#: The modules that declare the configuration's dataclasses.
+CONFIG_MODULES = ("sepp_anyio.server._sections", "sepp_anyio.server._config")
+
+
 def config_keys() -> list[ConfigKey]:
     """Every configuration key, in file order, with its documentation."""
-    from sepp_anyio.server import _config
+    from sepp_anyio import server as _config
 
-    docs = ModuleAnalyzer.for_module(_config.__name__).find_attr_docs()
+    # The section classes are declared in ``_sections`` (their ``__module__`` says
+    # ``sepp_anyio.server``, where they are exported): read the ``#:`` comments of both.
+    docs: dict[tuple[str, str], list[str]] = {}
+    for module in CONFIG_MODULES:
+        docs.update(ModuleAnalyzer.for_module(module).find_attr_docs())
     sections: list[tuple[str, type[Any]]] = [
         (f.name, f.default_factory)  # type: ignore[misc]
         for f in dataclasses.fields(_config.ServerConfig)
-        if f.init and f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+        if f.init and f.default_factory is not dataclasses.MISSING
     ]
     sections.append(("queues", _config.QueueConfig))
     keys: list[ConfigKey] = []
@@ -259,7 +273,7 @@ def config_keys() -> list[ConfigKey]:
                 description = f"{comment} {description}".strip() if section == "queues" else comment
             if not description:
                 raise ExtensionError(
-                    f"sepp-server-config: {dotted} has no '#:' comment in _config.py and no "
+                    f"sepp-server-config: {dotted} has no '#:' comment in its dataclass and no "
                     "entry in CONFIG_DESCRIPTIONS"
                 )
             default, allowed = _describe_value(f)
@@ -464,7 +478,68 @@ def _dataclass_factories(
     return signature, return_annotation
 
 
+# --------------------------------------------------------------------------- defining modules
+
+
+def defining_module(obj: object, package: str) -> str | None:
+    """The private module of ``package`` whose source defines ``obj`` (a class or a
+    function), whatever its ``__module__`` says; None if none does."""
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return None
+    for modname in sorted(sys.modules):
+        parts = modname.split(".")
+        if parts[0] != package.split(".")[0] or not any(p.startswith("_") for p in parts[1:]):
+            continue
+        if getattr(sys.modules[modname], qualname.split(".")[0], None) is not obj:
+            continue
+        try:
+            tags = ModuleAnalyzer.for_module(modname).find_tags()
+        except PycodeError:
+            continue
+        if qualname in tags:
+            return modname
+    return None
+
+
+#: The objects whose ``__module__`` a build changed, with the name to give back.
+_RENAMED: list[tuple[Any, str]] = []
+
+
+def restore_defining_modules(app: Sphinx) -> None:
+    """Give each public object back the ``__module__`` of the module that defines it, for
+    the build (:func:`rename_public_modules` undoes it when the build ends).
+
+    The packages rename their public objects' ``__module__`` to the package itself
+    (``sepp_anyio.Payload``, for reprs and pickles), but autodoc reads a class's ``#:``
+    attribute comments from the source of its ``__module__``: without this, no field of a
+    dataclass would be documented. The signatures then name the private paths, which
+    :func:`public_name` resolves to the documented public ones.
+    """
+    for package in PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if getattr(obj, "__module__", None) != package:
+                continue
+            real = defining_module(obj, package)
+            if real is not None:
+                with contextlib.suppress(AttributeError, TypeError):
+                    obj.__module__ = real
+                    _RENAMED.append((obj, package))
+
+
+def rename_public_modules(app: Sphinx, exception: BaseException | None) -> None:
+    """Put the public ``__module__`` back (a build inside a test process leaves the
+    objects as it found them)."""
+    while _RENAMED:
+        obj, package = _RENAMED.pop()
+        obj.__module__ = package
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", restore_defining_modules)
+    app.connect("build-finished", rename_public_modules)
     app.connect("autodoc-process-signature", _dataclass_factories)
     # After napoleon (priority 500), whose output it corrects.
     app.connect("autodoc-process-docstring", _plain_attribute_docstrings, priority=600)
@@ -475,4 +550,13 @@ def setup(app: Sphinx) -> dict[str, Any]:
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
 
 
-__all__ = ["cli_parsers", "config_keys", "public_name", "setup", "worker_metric_families"]
+__all__ = [
+    "cli_parsers",
+    "config_keys",
+    "defining_module",
+    "public_name",
+    "rename_public_modules",
+    "restore_defining_modules",
+    "setup",
+    "worker_metric_families",
+]

@@ -4,11 +4,6 @@ A page's blocks are ``.. code-block:: LANGUAGE`` directives (a bare ``::`` liter
 refused, so that every block says what it is and is checked as such). A Python block with
 ``:caption: NAME.py`` is also a file of that name, which the page's other blocks import; a
 ``text`` block right after a Python block is that block's expected standard output.
-
-The names of ``PENDING`` are the public contract of work merged later (issues 17 and 18):
-pages may describe them already, and a block that uses one is only compiled or parsed, not
-run, until the name exists (``test_pending_names_are_still_missing`` fails as soon as it
-does, so that the entry is removed and its blocks run).
 """
 
 from __future__ import annotations
@@ -22,20 +17,6 @@ DOCS = ROOT / "docs"
 
 _DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: *(?P<language>\S+) *$")
 _OPTION = re.compile(r"^ *:(?P<name>[\w-]+):(?: +(?P<value>.*))?$")
-
-#: Public names of issues 17 and 18 that pages mention before they exist, as
-#: (how a block spells it, where it will live: "module:attribute" or "command:--option").
-PENDING: dict[str, str] = {
-    "sepp.Task": "sepp_anyio:Task",
-    "sepp.Lane": "sepp_anyio:Lane",
-    "sepp.RateLimit": "sepp_anyio:RateLimit",
-    "sepp.Outcome": "sepp_anyio:Outcome",
-    "sepp.serve_health": "sepp_anyio:serve_health",
-    "sepp.Cron": "sepp_anyio:Cron",
-    "--health-port": "worker:--health-port",
-    "--workers": "worker:--workers",
-    "--burst": "worker:--burst",
-}
 
 
 @dataclass
@@ -54,11 +35,6 @@ class Block:
     @property
     def where(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-    @property
-    def pending(self) -> list[str]:
-        """The not-yet-existing names this block uses."""
-        return [name for name in PENDING if re.search(rf"{re.escape(name)}\b", self.text)]
 
 
 def pages() -> list[Path]:

@@ -71,6 +71,23 @@ def test_the_reference_documents_every_public_name(built: tuple[Any, str], packa
         assert "sepp_anyio.__version__" in objects
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_fields_of_public_dataclasses_are_documented(built: tuple[Any, str]) -> None:
+    """Their ``#:`` comments are read from the defining modules, although the objects'
+    ``__module__`` names the public package."""
+    objects, _ = built
+    assert sepp_anyio.Payload.__module__ == "sepp_anyio"
+    for name in [
+        "sepp_anyio.Payload.data",
+        "sepp_anyio.Payload.encoding",
+        "sepp_anyio.JobCtx.lease_expires_at",
+        "sepp_anyio.Outcome.TIMED_OUT",
+        "sepp_anyio.server.StoredJob.due_ms",
+    ]:
+        assert name in objects, name
+
+
 def test_nox_builds_the_docs_strictly() -> None:
     noxfile = (ROOT / "noxfile.py").read_text()
     session = noxfile.split("def docs(", 1)[1].split("\n@nox.session", 1)[0]

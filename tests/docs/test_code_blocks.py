@@ -9,15 +9,12 @@ it), so the pages cannot rot.
   run or tested must be a block of the page.
 * ``toml``: read by :meth:`ServerConfig.from_toml`; ``ini`` (systemd units) and ``yaml``
   (Kubernetes) are parsed, and the ``sepp-anyio`` command lines inside them parsed too.
-
-Blocks that use a name of ``_blocks.PENDING`` (not merged yet) are compiled or parsed only.
 """
 
 from __future__ import annotations
 
 import argparse
 import configparser
-import importlib
 import re
 import shlex
 import subprocess
@@ -29,9 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import sepp_anyio
 from sepp_anyio.server import ServerConfig
-from tests.docs._blocks import DOCS, PENDING, ROOT, Block, blocks, literal_blocks, pages
+from tests.docs._blocks import DOCS, ROOT, Block, blocks, literal_blocks, pages
 
 MARK = "\x1e-- sepp docs: end of block --"
 RUNNER = f"""
@@ -68,18 +64,10 @@ def test_every_block_says_its_language(page: Path) -> None:
 # --------------------------------------------------------------------------- python
 
 
-def _runnable(page: Path) -> tuple[list[Block], list[Block]]:
-    """(blocks to run, blocks only to compile) of a page."""
-    python = [b for b in blocks(page) if b.language == "python"]
-    return [b for b in python if not b.pending], [b for b in python if b.pending]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=_id)
 def test_python_blocks_run(page: Path, tmp_path: Path) -> None:
-    run, compile_only = _runnable(page)
-    for block in compile_only:
-        compile(block.text, block.where, "exec")
+    run = [b for b in blocks(page) if b.language == "python"]
     scripts: list[Path] = []
     tests: list[Path] = []
     for n, block in enumerate(run):
@@ -204,8 +192,6 @@ def test_console_commands_exist(block: Block) -> None:
     commands = list(_commands(block))
     assert commands, f"{block.where}: a console block shows '$ ' commands"
     for argv in commands:
-        if block.pending and any(name in argv for name in PENDING):
-            continue
         check_console_command(argv, block, captions)
 
 
@@ -222,7 +208,7 @@ def test_toml_blocks_are_server_configs(block: Block) -> None:
 
 
 def _check_embedded_command(argv: list[str], block: Block) -> None:
-    if _program(argv[0]) == "sepp-anyio" and not block.pending:
+    if _program(argv[0]) == "sepp-anyio":
         check_sepp_anyio(["sepp-anyio", *argv[1:]], block.where)
 
 
@@ -248,25 +234,3 @@ def test_yaml_blocks_are_kubernetes_manifests(block: Block) -> None:
     assert containers, f"{block.where}: a Deployment with containers"
     for container in containers:
         _check_embedded_command([*container["command"], *container.get("args", [])], block)
-
-
-# --------------------------------------------------------------------------- pending names
-
-
-def _exists(where: str) -> bool:
-    place, _, name = where.partition(":")
-    if name.startswith("--"):
-        return any(name in a.option_strings for a in _parser(place)._actions)
-    return hasattr(importlib.import_module(place), name)
-
-
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_names_are_still_missing(name: str) -> None:
-    """A pending name that exists now must leave ``PENDING``, so that its blocks run."""
-    assert not _exists(PENDING[name]), f"{name} exists now: remove it from _blocks.PENDING"
-
-
-def test_pending_blocks_are_few() -> None:
-    pending = [b.where for p in PAGES for b in blocks(p) if b.pending]
-    assert sepp_anyio.__version__  # (the names above are of the next release)
-    assert len(pending) <= 8, pending

@@ -13,8 +13,7 @@ import pytest
 from sphinx.errors import ExtensionError
 
 from sepp_anyio._cli import _COMMANDS
-from sepp_anyio.server import ServerConfig
-from sepp_anyio.server import _config as config_module
+from sepp_anyio.server import LimitsConfig, ServerConfig
 from tests.docs._blocks import DOCS
 
 
@@ -42,8 +41,8 @@ def test_every_command_is_rendered_with_its_options(ext: ModuleType) -> None:
 def test_a_command_without_a_parser_fails_the_build(
     ext: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(_COMMANDS, "cron", (lambda argv: 0, "a new command"))
-    with pytest.raises(ExtensionError, match="cron"):
+    monkeypatch.setitem(_COMMANDS, "nightly", (lambda argv: 0, "a new command"))
+    with pytest.raises(ExtensionError, match="nightly"):
         list(ext.cli_parsers())
 
 
@@ -68,7 +67,7 @@ def test_a_config_key_without_a_description_fails_the_build(
     monkeypatch.delitem(ext.CONFIG_DESCRIPTIONS, "limits.max_reserve_batch")
     with pytest.raises(ExtensionError, match=re.escape("limits.max_reserve_batch")):
         ext.config_keys()
-    assert config_module.LimitsConfig().max_reserve_batch == 256
+    assert LimitsConfig().max_reserve_batch == 256
 
 
 def test_the_metric_families_are_the_contracts(ext: ModuleType) -> None:
@@ -83,8 +82,17 @@ def test_the_metric_families_are_the_contracts(ext: ModuleType) -> None:
     }
 
 
+def test_the_telemetry_page_names_every_outcome_label() -> None:
+    from sepp_anyio._health._worker_metrics import OUTCOMES
+
+    text = (DOCS / "reference" / "telemetry.rst").read_text()
+    prometheus = text[text.index("Prometheus (``/metrics``)") :]
+    for label in OUTCOMES.values():
+        assert f"``{label}``" in prometheus, label
+
+
 def test_private_paths_resolve_to_public_names(ext: ModuleType) -> None:
-    assert ext.public_name("sepp_anyio._model._types.Job") == "sepp_anyio.Job"
+    assert ext.public_name("sepp_anyio._model._job.Job") == "sepp_anyio.Job"
     assert ext.public_name("sepp_anyio._worker.Worker.run") == "sepp_anyio.Worker.run"
     assert ext.public_name("sepp_anyio.server._engine.Engine") == "sepp_anyio.server.Engine"
     assert ext.public_name("sepp_anyio._client._Connector") is None  # not exported

@@ -51,7 +51,8 @@ class Cron(Generic[T]):
         expr: five fields, ``minute hour day-of-month month day-of-week``, or a shorthand
             (``@hourly``, ``@daily``/``@midnight``, ``@weekly``, ``@monthly``,
             ``@yearly``/``@annually``).
-        task: what to enqueue (a ``sepp.Task``, or any :class:`CronTask`).
+        task: what to enqueue (a ``sepp.Task``, or any object with a ``job_type`` and a
+            ``request(value, *, scheduled_at, idempotency_key)`` method).
         payload_factory: called with each slot, an aware datetime in ``timezone``; returns
             the task's value. Called on every replica.
         name: part of the idempotency key; defaults to ``task.job_type``. Two crons of the

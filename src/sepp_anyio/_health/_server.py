@@ -198,7 +198,8 @@ async def serve_health(
     ``max_header_bytes`` 431, other paths 404.
 
     Args:
-        worker: what to report on (a :class:`HealthSource`).
+        worker: what to report on: a :class:`~sepp_anyio.Worker`, or any object with its
+            ``readiness()``, ``liveness(now)`` and ``metrics``.
         host: address to bind; loopback by default. ``"0.0.0.0"`` or ``"::"`` expose it.
         port: TCP port; 0 picks a free one (reported through ``task_status``).
         max_loop_lag: seconds of event loop lag past which ``/livez`` fails.

@@ -51,10 +51,11 @@ class StoredJob:
     #: Ready/scheduled: the attempt number of the next delivery.  Inflight: the current one.
     attempt: int
     max_attempts: int
-    #: Scheduled: when the job becomes ready.  Otherwise 0.
+    #: When a scheduled job becomes ready; 0 in the other states.
     due_ms: int = 0
-    #: Inflight: the lease deadline.  Otherwise the last lease's, or 0 if never reserved (the
-    #: epoch-0 placeholder that shows in dead letters of never-reserved jobs).
+    #: The lease deadline while in flight; in the other states the last lease's, or 0 if
+    #: never reserved (the epoch-0 placeholder that shows in dead letters of never-reserved
+    #: jobs).
     lease_expires_at_ms: int = 0
     #: The enqueue's ``scheduled_at`` (ms), echoed back on delivery; None if not given.
     scheduled_at_ms: int | None = None
