@@ -120,8 +120,9 @@ class ServerSection:
     write_timeout_ms: int = _int(30_000)
     #: The longest a call runs (grpc-timeout is clamped to it).
     max_call_duration_ms: int = _int(600_000, lo=1)
-    #: Connections at once (accepting pauses while full) and per client IP address.
+    #: Connections at once (accepting pauses while full).
     max_connections: int = _int(1024, lo=1)
+    #: Connections at once from one client IP address (more are closed at accept).
     max_connections_per_ip: int = _int(128, lo=1)
     #: Client PINGs sooner than this after the previous one are strikes ...
     keepalive_min_time_ms: int = _int(10_000)
@@ -133,8 +134,9 @@ class ServerSection:
     http2_max_concurrent_streams: int = _int(100, lo=1, hi=U32_MAX)
     #: New streams taken from one read; more are refused.
     http2_max_new_streams_per_read: int = _int(200, lo=1)
-    #: Rapid-reset budget (CVE-2023-44487) and its refill per second.
+    #: Rapid-reset budget (CVE-2023-44487): client resets of calls not yet started.
     http2_reset_budget: int = _int(200, lo=1)
+    #: Resets the rapid-reset budget regains per second.
     http2_reset_refill_per_second: int = _int(10)
     #: SETTINGS_MAX_FRAME_SIZE, checked on each frame header.
     http2_max_frame_size: int = _int(16_384, lo=16_384, hi=(1 << 24) - 1)
@@ -142,16 +144,19 @@ class ServerSection:
     http2_max_header_list_size: int = _int(16 << 10, lo=1, hi=U32_MAX)
     #: Decoded header bytes at which HPACK decoding stops (ENHANCE_YOUR_CALM).
     http2_max_decoded_header_bytes: int = _int(32 << 10, lo=1)
-    #: Encoded bytes of one header block, and CONTINUATION frames in it.
+    #: Encoded bytes of one header block (HEADERS and its CONTINUATION frames).
     http2_max_header_block_bytes: int = _int(32 << 10, lo=1)
+    #: CONTINUATION frames in one header block.
     http2_max_continuations: int = _int(8)
     #: Reply frames (ACKs, resets) queued while the client does not read.
     http2_max_queued_control_frames: int = _int(1000, lo=1)
     #: Queued output at which reading pauses.
     http2_max_pending_output_bytes: int = _int(1 << 20, lo=1)
-    #: Budget of cheap useless frames (burst, refill per second) and empty frames in a row.
+    #: Budget of cheap useless frames (PINGs, SETTINGS, frames on closed streams): burst.
     http2_glitch_burst: int = _int(1000, lo=1)
+    #: Useless frames the budget regains per second.
     http2_glitch_refill_per_second: int = _int(33)
+    #: Empty DATA or CONTINUATION frames in a row before the connection is closed.
     http2_max_consecutive_empty_frames: int = _int(10, lo=1)
     #: Entries in one SETTINGS frame.
     http2_max_settings_entries: int = _int(32, lo=1)
