@@ -22,12 +22,13 @@ Connection policy:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
 import ssl
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.streams.tls import TLSAttribute
@@ -74,7 +75,7 @@ def default_ssl_context(
     return context
 
 
-class Channel:
+class Channel(anyio.AsyncContextManagerMixin):
     """An HTTP/2 gRPC client channel on anyio (asyncio or trio).
 
     Args:
@@ -162,37 +163,40 @@ class Channel:
 
     # ------------------------------------------------------------ lifetime
 
-    async def __aenter__(self) -> Channel:
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Self]:
+        """``async with channel``: the connections' task group lives for the block.
+
+        On exit (also when cancelled) each connection says goodbye (GOAWAY), shielded and
+        bounded to a second, then the connections close. The block's own exception comes
+        out as itself, not wrapped in an exception group.
+        """
         if self._tg is not None or self._closed:
             raise RuntimeError("a Channel can be entered only once")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._closed = True
-        tg = self._tg
-        assert tg is not None
-        # Say goodbye politely (GOAWAY), but never wait long for it, and do
-        # it even if we are being cancelled.
-        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-            for conn in list(self._connections):
-                if conn.failure is None:
-                    conn.goodbye()
-                    await conn.flush()
-        for conn in list(self._connections):
-            conn.close_soon()
-        tg.cancel_scope.cancel()
-        # The body's exception is deliberately not handed to the task group:
-        # it would come back wrapped in an ExceptionGroup. The connection
-        # tasks never raise, so there is nothing else to collect.
-        await tg.__aexit__(None, None, None)
+        body_error: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield self
+            except BaseException as exc:
+                # Not handed to the task group: it would come back wrapped in an
+                # ExceptionGroup. The connection tasks never raise, so there is
+                # nothing else to collect.
+                body_error = exc
+            finally:
+                self._closed = True
+                # Say goodbye politely (GOAWAY), but never wait long for it, and do
+                # it even if we are being cancelled.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                    for conn in list(self._connections):
+                        if conn.failure is None:
+                            conn.goodbye()
+                            await conn.flush()
+                for conn in list(self._connections):
+                    conn.close_soon()
+                tg.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
 
     # ------------------------------------------------------------ calls
 
