@@ -247,6 +247,9 @@ class Client:
 
         The trace metadata is taken here, so that it names the current
         (client) span as the server span's parent.
+
+        Cancelling it abandons the call: the lease may or may not have been extended;
+        the old expiry still holds if it was not.
         """
         metadata = _otel.trace_metadata() or None
 
@@ -334,6 +337,9 @@ class Client:
     async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
         """Enqueue one job (a one-job batch on the wire).
 
+        Cancelling it abandons the call: the job may or may not have been enqueued.
+        Give it an ``idempotency_key`` to make enqueueing it again safe.
+
         Raises:
             JobRejectedError: the server refused the job; ``.rejection`` says why.
             ClientError: the call failed (after the retry policy's tries).
@@ -356,6 +362,9 @@ class Client:
         with an error naming its index and field and listing the jobs that the
         readable results accepted.
 
+        Cancelling it abandons the call: any of the jobs may or may not have been
+        enqueued. Jobs with an ``idempotency_key`` can be sent again safely.
+
         Raises:
             EmptyBatchError: ``requests`` is empty (no RPC is made).
             MalformedResponseError: the reply has the wrong number of results
@@ -377,6 +386,9 @@ class Client:
         The reply is decoded as a whole (its acks are all or nothing anyway):
         one that cannot be decoded raises ``ServerInternalError`` naming the
         field, and it is then unknown whether the batch was committed.
+
+        Cancelling it abandons the call: the batch may or may not have been committed
+        (all of it or none). With idempotency keys, sending it again is safe.
 
         Raises:
             BatchValidationError: at least one job was refused, so nothing was
@@ -553,6 +565,9 @@ class Client:
     async def ack(self, ctx: JobCtx) -> None:
         """Settle a job as done (it is deleted).
 
+        Cancelling it abandons the call: the ack may or may not have reached the
+        server; if it did not, the job is redelivered when its lease expires.
+
         Raises:
             JobNotFoundError: the job is no longer in flight (lease expired,
                 already settled, or an earlier retried try succeeded).
@@ -578,6 +593,9 @@ class Client:
         policy). An empty ``reason`` is left off the wire. Returns whether the
         job was dead-lettered (always for ``RetryDirective.dead_letter()``, and
         when this was its last attempt).
+
+        Cancelling it abandons the call: the nack may or may not have reached the
+        server; if it did not, the job is redelivered when its lease expires.
 
         Raises:
             JobNotFoundError, AttemptMismatchError: as for :meth:`ack`.
@@ -647,6 +665,9 @@ class Client:
         that log line is all that is left of it. The other records are
         returned.
 
+        Cancelling it abandons the call: records the server had already drained are
+        gone from the store and not returned (as with a lost reply).
+
         Raises:
             InvalidArgumentError: ``max`` < 0 or a ``queue`` name the server would refuse.
             ClientError: the call failed.
@@ -677,6 +698,8 @@ class Client:
 
     async def server_info(self) -> ServerInfo:
         """The server's version and limits.
+
+        Cancelling it abandons the call; it changes nothing on the server.
 
         Raises:
             MalformedServerInfoError: the reply lacks a version or server time.
