@@ -312,6 +312,12 @@ class Engine(anyio.AsyncContextManagerMixin):
                 # A sweep while the store fails would only pile up writes behind the held
                 # group; deadlines that pass meanwhile are handled once it has recovered.
                 await committer.wait_recovered()
+                if lifetime.cancel_called:
+                    # Shutting down: the committer no longer takes writes. A wake-up of
+                    # the sleep below and this cancellation can come together, and the
+                    # wake-up's scope may swallow the cancellation's delivery (seen with a
+                    # 1 ms lease expiring as the engine closed: UNAVAILABLE from exit).
+                    return
                 now = self._clock.now_ms()
                 ch = Changes()
                 more = self._state.sweep(now, limit, ch)
