@@ -564,13 +564,13 @@ class ServedConnection:
     async def _watchdog(self) -> None:
         net = self._net
         start = self._clock()
-        with anyio.move_on_at(start + net.handshake_timeout):
+        with anyio.CancelScope(deadline=start + net.handshake_timeout):
             await self._handshake.wait()
         if not self._handshake.is_set():
             self.close("no HTTP/2 preface and SETTINGS in time")
             return
         if not self.h2.settings_acknowledged:
-            with anyio.move_on_at(start + net.settings_ack_timeout):
+            with anyio.CancelScope(deadline=start + net.settings_ack_timeout):
                 await self._settings_acked.wait()
             if not self.h2.settings_acknowledged:
                 if not self.h2.closed:
@@ -592,7 +592,7 @@ class ServedConnection:
                 await self._next_activity()
                 continue
             event = self._activity = anyio.Event()
-            with anyio.move_on_at(since + idle):
+            with anyio.CancelScope(deadline=since + idle):
                 await event.wait()
             since = self._idle_since
             if since is not None and self._clock() >= since + idle and not self._shutting_down:
