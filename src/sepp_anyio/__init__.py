@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib as _contextlib
 
 from ._client import Client as Client
-from ._client import connect as connect
+from ._connect import connect as connect
 from ._cron import Cron as Cron
 from ._health import serve_health as serve_health
 from ._lane import Lane as Lane

@@ -30,7 +30,8 @@ from typing import Final, NoReturn
 
 import anyio
 
-from .._client import Client, connect
+from .._client import Client
+from .._connect import connect
 from .._model._checks import seconds_problem
 from .._model._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
 from .._model._retries import RetryPolicy

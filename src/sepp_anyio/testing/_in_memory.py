@@ -7,7 +7,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from .._client import Client, _check_api_key
+from .._client import Client
+from .._connect import check_api_key
 from .._model._error_root import InvalidArgumentTypeError
 from .._model._retries import RetryPolicy
 from ..server import Clock, Engine, ServerConfig, Store
@@ -58,7 +59,7 @@ async def open_in_memory_client(
             server_config = ServerConfig.from_toml({**(config or {}), **sections})
     metadata: list[tuple[str, str | bytes]] = []
     if api_key is not None:
-        metadata.append(("authorization", f"Bearer {_check_api_key(api_key)}"))
+        metadata.append(("authorization", f"Bearer {check_api_key(api_key)}"))
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(Engine(server_config, store, clock))
         channel = MemoryChannel(engine, metadata=metadata)

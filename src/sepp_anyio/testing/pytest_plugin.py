@@ -49,7 +49,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from .._client import Client, connect
+from .._client import Client
+from .._connect import connect
 from .._transport._target import parse_target
 from ..server import Engine
 from ..server._cli import ServerProcess
