@@ -86,9 +86,12 @@ async def run_cron(
 ) -> None:
     """Enqueue the slots of one or many crons until cancelled.
 
-    Safe to run on any number of replicas at once (see :class:`Cron`). Reports
-    ``task_status.started()`` once every cron has read its start time: slots from then on
-    are its to enqueue.
+    Safe to run on any number of replicas at once (see :class:`Cron`), and to restart: each
+    cron first looks back ``catch_up_window`` seconds from its start and enqueues the newest
+    ``catch_up`` slots of that look-back (those already enqueued, by a replica or before the
+    restart, are deduplicated by the server while the look-back is shorter than the queue's
+    deduplication window). Reports ``task_status.started()`` once every cron has read its
+    start time.
 
     Args:
         client: where the jobs go.
