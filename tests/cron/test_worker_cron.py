@@ -1,6 +1,7 @@
 """``worker.cron(...)``: the scheduler inside a Worker's run(), on virtual time (both
 backends): three replicas enqueue and handle each slot once, daylight saving, catch-up after
-an outage, the scheduler stops at the shutdown signal, and registration errors."""
+an outage and after a restart, the scheduler stops at the shutdown signal, and registration
+errors."""
 
 from __future__ import annotations
 
@@ -150,3 +151,20 @@ async def test_cron_registration_errors() -> None:
                 worker.cron(Cron("@weekly", TASK, _payload, name="weekly"))
             worker.shutdown()
         assert [c.name for c in worker.crons] == ["tick", "daily"]
+
+
+async def test_a_worker_restarted_after_downtime_enqueues_and_handles_the_slot_it_missed() -> None:
+    # The default look-back (an hour, catch_up=1) through worker.cron(): the worker stops at
+    # 00:15, is down over the slots 00:20 to 00:40, restarts at 00:45:30.
+    async with cron_server(utc(2025, 1, 1, 0, 10, 30)) as (client, _engine, _clock, tap):
+        seen = Handled()
+        cron = Cron("*/10 * * * *", TASK, _payload)
+        async with _running(_workers(client, [cron], 1, seen)):
+            await anyio.sleep(4 * 60 + 30)  # until 00:15:00
+        await anyio.sleep(30 * 60 + 30)  # down until 00:45:30
+        async with _running(_workers(client, [cron], 1, seen)):
+            await anyio.sleep(60)
+    # 00:10 at the first start (its own look-back), 00:40 at the restart.
+    expected = [utc(2025, 1, 1, 0, 10), utc(2025, 1, 1, 0, 40)]
+    assert [job.scheduled_at for job in tap.new()] == expected
+    assert sorted(slot for slot, _ in seen.slots) == [s.isoformat() for s in expected]
