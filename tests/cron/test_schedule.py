@@ -139,6 +139,8 @@ def test_catch_up_zero_is_allowed() -> None:
         (timedelta(seconds=-1), ValueError, "catch_up_window must be >= 0 seconds"),
         (math.inf, ValueError, "catch_up_window must be a finite number of seconds"),
         (math.nan, ValueError, "catch_up_window must be a finite number of seconds"),
+        (365 * 86400 + 1, ValueError, r"catch_up_window must be at most 31536000 seconds"),
+        (timedelta(days=400), ValueError, r"at most 31536000 seconds \(365 days\)"),
         ("1h", TypeError, "catch_up_window must be a number of seconds"),
         (True, TypeError, "catch_up_window must be a number of seconds"),
     ],
@@ -154,6 +156,7 @@ def test_catch_up_window_takes_seconds_or_a_timedelta() -> None:
     assert _cron("* * * * *").catch_up_window == 3600.0
     assert _cron("* * * * *", catch_up_window=0).catch_up_window == 0.0
     assert _cron("* * * * *", catch_up_window=timedelta(minutes=90)).catch_up_window == 5400.0
+    assert _cron("* * * * *", catch_up_window=timedelta(days=365)).catch_up_window == 31536000
     assert "catch_up_window=5400.0" in repr(_cron("* * * * *", catch_up_window=5400))
 
 

@@ -8,9 +8,14 @@ from typing import Generic, Protocol, TypeVar
 
 from .._model._checks import check_count, check_seconds
 from .._model._enqueue import EnqueueRequest
+from .._model._error_root import InvalidArgumentError
 from ._schedule import Schedule
 
 __all__ = ["Cron", "CronTask", "idempotency_key"]
+
+#: The longest start-up look-back, in seconds (365 days): far beyond any deduplication
+#: window worth having, and short enough that ``start - window`` is always a datetime.
+MAX_CATCH_UP_WINDOW = 365 * 86400.0
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -83,7 +88,7 @@ class Cron(Generic[T]):
     Raises:
         ValueError: a malformed expression (the message names the field), one that never
             fires, an unknown zone, an empty name, ``catch_up`` < 0, or a
-            ``catch_up_window`` that is negative or not finite.
+            ``catch_up_window`` that is negative, not finite or over 365 days.
         TypeError: an argument of the wrong type.
     """
 
@@ -115,7 +120,13 @@ class Cron(Generic[T]):
         self._catch_up = check_count(catch_up, "catch_up", minimum=0)
         if isinstance(catch_up_window, timedelta):
             catch_up_window = catch_up_window.total_seconds()
-        self._catch_up_window = check_seconds(catch_up_window, "catch_up_window")
+        window = check_seconds(catch_up_window, "catch_up_window")
+        if window > MAX_CATCH_UP_WINDOW:
+            raise InvalidArgumentError(
+                f"catch_up_window must be at most {MAX_CATCH_UP_WINDOW:.0f} seconds"
+                f" (365 days), got {catch_up_window}"
+            )
+        self._catch_up_window = window
         self._task = task
         self._factory = payload_factory
         self._name = name
