@@ -87,3 +87,23 @@ def test_argument_errors_are_exported_in_the_tree() -> None:
         assert name in sepp_anyio.__all__
         cls = getattr(sepp_anyio, name)
         assert issubclass(cls, sepp_anyio.SeppError) and issubclass(cls, builtin)
+
+
+def test_the_server_and_testing_namespaces_export_what_they_list() -> None:
+    """Every name the docs document under ``sepp_anyio.server``/``sepp_anyio.testing`` is
+    importable from there (the docs build refuses references to private modules)."""
+    import sepp_anyio.server
+    import sepp_anyio.testing
+
+    for package in (sepp_anyio.server, sepp_anyio.testing):
+        for name in package.__all__:
+            assert hasattr(package, name), (package.__name__, name)
+        exported = {
+            n
+            for n, obj in vars(package).items()
+            if not n.startswith(("_", "@")) and not inspect.ismodule(obj)
+        }
+        assert exported <= set(package.__all__) | {"annotations"}, package.__name__
+    # Named by NetworkServer's and serve()'s docstrings.
+    assert sepp_anyio.server.LISTENING_LOGGER == "sepp_anyio.server.listening"
+    assert callable(sepp_anyio.server.server_ssl_context)

@@ -424,7 +424,7 @@ class Client:
         ``RetryDirective.dead_letter()`` and a reason naming the field) before
         returning, so that it is not redelivered to every worker again and
         again; those nacks run concurrently, shielded from cancellation and
-        bounded by :data:`UNREADABLE_JOB_NACK_TIMEOUT` in all, and a nack that
+        bounded by 5 seconds in all, and a nack that
         fails is logged at ERROR (the job is then redelivered when its lease
         expires, as is a job without a readable id).
 

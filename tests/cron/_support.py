@@ -140,6 +140,16 @@ async def reserve_all(client: Client, queue: str = QUEUE) -> list[Job]:
     raise AssertionError("more jobs than a test should make")
 
 
+async def run_for(seconds: float, *runs: Any) -> None:
+    """Run the schedulers (``task_status``-taking callables) for ``seconds`` of (virtual)
+    time, then cancel them."""
+    async with anyio.create_task_group() as tg:
+        for run in runs:
+            await tg.start(run)
+        await anyio.sleep(seconds)
+        tg.cancel_scope.cancel()
+
+
 def utc(
     year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
 ) -> datetime:

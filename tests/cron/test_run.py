@@ -1,5 +1,6 @@
 """``run_cron`` against the in-process server on virtual time (both backends): replicas,
-daylight saving, catch-up after downtime, failures, and its arguments."""
+daylight saving, catch-up after an outage or a clock jump, failures, and its arguments
+(the start-up look-back after a restart: ``test_restart.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from sepp_anyio._cron import Cron, run_cron
 
 from ._support import QUEUE, JsonTask, cron_server, reserve_all, utc
+from ._support import run_for as _run_for
 
 pytestmark = pytest.mark.anyio
 
@@ -28,19 +30,10 @@ def _minutes(start: datetime, count: int, step: int = 1) -> list[datetime]:
     return [start + timedelta(minutes=step * i) for i in range(count)]
 
 
-async def _run_for(seconds: float, *runs: Any) -> None:
-    """Run the schedulers for ``seconds`` of (virtual) time, then cancel them."""
-    async with anyio.create_task_group() as tg:
-        for run in runs:
-            await tg.start(run)
-        await anyio.sleep(seconds)
-        tg.cancel_scope.cancel()
-
-
 async def test_three_replicas_enqueue_each_slot_exactly_once() -> None:
     start = utc(2025, 1, 1, 0, 0, 30)
     async with cron_server(start) as (client, _engine, _clock, tap):
-        cron = Cron("*/5 * * * *", TASK, _payload)
+        cron = Cron("*/5 * * * *", TASK, _payload, catch_up_window=0)
         replicas = [lambda task_status: run_cron(client, cron, task_status=task_status)] * 3
         await _run_for(3600, *replicas)
         jobs = await reserve_all(client)
@@ -61,7 +54,7 @@ async def test_three_replicas_enqueue_each_slot_exactly_once() -> None:
 
 async def test_a_slot_at_the_start_instant_is_enqueued_and_none_before_it() -> None:
     async with cron_server(utc(2025, 1, 1, 12, 0, 0)) as (client, _engine, _clock, tap):
-        cron = Cron("* * * * *", TASK, _payload)
+        cron = Cron("* * * * *", TASK, _payload, catch_up_window=0)
         await _run_for(150, lambda task_status: run_cron(client, cron, task_status=task_status))
     assert [job.scheduled_at for job in tap.jobs] == _minutes(utc(2025, 1, 1, 12, 0), 3)
 
@@ -72,8 +65,22 @@ async def test_spring_forward_skips_the_missing_hour() -> None:
     start = utc(2025, 3, 29, 23, 50)  # 00:50 CET
     async with cron_server(start) as (client, _engine, _clock, tap):
         crons = [
-            Cron("*/30 * * * *", TASK, _payload, name="half", timezone="Europe/Berlin"),
-            Cron("30 2 * * *", TASK, _payload, name="daily", timezone="Europe/Berlin"),
+            Cron(
+                "*/30 * * * *",
+                TASK,
+                _payload,
+                name="half",
+                timezone="Europe/Berlin",
+                catch_up_window=0,
+            ),
+            Cron(
+                "30 2 * * *",
+                TASK,
+                _payload,
+                name="daily",
+                timezone="Europe/Berlin",
+                catch_up_window=0,
+            ),
         ]
         runner = lambda task_status: run_cron(client, crons, task_status=task_status)  # noqa: E731
         await _run_for(timedelta(days=1, hours=3).total_seconds(), runner)
@@ -95,8 +102,22 @@ async def test_fall_back_fires_the_repeated_hour_once() -> None:
     start = utc(2025, 10, 25, 23, 50)  # 01:50 CEST
     async with cron_server(start) as (client, _engine, _clock, tap):
         crons = [
-            Cron("*/30 * * * *", TASK, _payload, name="half", timezone="Europe/Berlin"),
-            Cron("30 2 * * *", TASK, _payload, name="daily", timezone="Europe/Berlin"),
+            Cron(
+                "*/30 * * * *",
+                TASK,
+                _payload,
+                name="half",
+                timezone="Europe/Berlin",
+                catch_up_window=0,
+            ),
+            Cron(
+                "30 2 * * *",
+                TASK,
+                _payload,
+                name="daily",
+                timezone="Europe/Berlin",
+                catch_up_window=0,
+            ),
         ]
         runner = lambda task_status: run_cron(client, crons, task_status=task_status)  # noqa: E731
         await _run_for(timedelta(hours=4).total_seconds(), runner)
@@ -123,7 +144,7 @@ async def test_after_a_server_outage_only_the_newest_catch_up_slots_are_enqueued
     start = utc(2025, 1, 1, 0, 0, 30)
     async with cron_server(start) as (client, _engine, _clock, tap):
         tap.outage = (utc(2025, 1, 1, 0, 1, 30), utc(2025, 1, 1, 0, 16, 45))
-        cron = Cron("* * * * *", TASK, _payload, catch_up=catch_up)
+        cron = Cron("* * * * *", TASK, _payload, catch_up=catch_up, catch_up_window=0)
         with caplog.at_level(logging.WARNING, "sepp_anyio.cron"):
             await _run_for(
                 20 * 60, lambda task_status: run_cron(client, cron, task_status=task_status)
@@ -151,7 +172,7 @@ async def test_a_wall_clock_jump_is_noticed_within_a_minute_and_caught_up() -> N
     # The host sleeps for two hours: the wall clock jumps, the loop's clock does not.
     start = utc(2025, 1, 1, 0, 0, 30)
     async with cron_server(start) as (client, _engine, clock, tap):
-        cron = Cron("*/10 * * * *", TASK, _payload, catch_up=2)
+        cron = Cron("*/10 * * * *", TASK, _payload, catch_up=2, catch_up_window=0)
         async with anyio.create_task_group() as tg:
             await tg.start(run_cron, client, cron)
             await anyio.sleep(60)  # 00:01:30
@@ -161,19 +182,6 @@ async def test_a_wall_clock_jump_is_noticed_within_a_minute_and_caught_up() -> N
             tg.cancel_scope.cancel()
     assert [s for _, s in noticed] == [utc(2025, 1, 1, 1, 50), utc(2025, 1, 1, 2, 0)]
     assert all(at <= utc(2025, 1, 1, 2, 2, 31) for at, _ in noticed)
-
-
-async def test_a_restarted_scheduler_does_not_enqueue_the_slots_it_was_down_for() -> None:
-    async with cron_server(utc(2025, 1, 1, 0, 0, 30)) as (client, _engine, _clock, tap):
-        cron = Cron("* * * * *", TASK, _payload, catch_up=5)
-        runner = lambda task_status: run_cron(client, cron, task_status=task_status)  # noqa: E731
-        await _run_for(3 * 60, runner)  # until 00:03:30
-        await anyio.sleep(10 * 60)  # down until 00:13:30
-        await _run_for(2 * 60, runner)  # until 00:15:30
-    assert [job.scheduled_at for job in tap.jobs] == [
-        *_minutes(utc(2025, 1, 1, 0, 1), 3),
-        *_minutes(utc(2025, 1, 1, 0, 14), 2),
-    ]
 
 
 async def test_a_rejected_job_and_a_failing_factory_skip_their_slot_only(
@@ -189,8 +197,10 @@ async def test_a_rejected_job_and_a_failing_factory_skip_their_slot_only(
 
     sections = {"server": {"strict_queues": True}, "queues": [{"name": QUEUE}]}
     async with cron_server(utc(2025, 1, 1, 0, 0, 30), **sections) as (client, _e, _c, tap):
-        good = Cron("* * * * *", TASK, flaky, name="good")
-        nowhere = Cron("* * * * *", JsonTask("undeclared", "tick"), _payload, name="nowhere")
+        good = Cron("* * * * *", TASK, flaky, name="good", catch_up_window=0)
+        nowhere = Cron(
+            "* * * * *", JsonTask("undeclared", "tick"), _payload, name="nowhere", catch_up_window=0
+        )
         with caplog.at_level(logging.WARNING, "sepp_anyio.cron"):
             await _run_for(
                 3 * 60 + 30,
@@ -210,7 +220,7 @@ async def test_the_default_wall_clock_is_the_clients() -> None:
     # With an explicit wall clock 1 h ahead of the server's, slots follow that clock.
     start = utc(2025, 1, 1, 0, 0, 30)
     async with cron_server(start) as (client, _engine, clock, tap):
-        cron = Cron("0 * * * *", TASK, _payload)
+        cron = Cron("0 * * * *", TASK, _payload, catch_up_window=0)
         ahead = lambda: clock.now() + timedelta(minutes=59)  # noqa: E731
         await _run_for(
             60,

@@ -3,6 +3,7 @@ zones, the daylight-saving rule, catch-up selection, names and idempotency keys.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -120,11 +121,43 @@ def test_a_task_with_an_empty_job_type_is_refused_for_the_default_name() -> None
 
 
 @pytest.mark.parametrize(
-    ("catch_up", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError), (1.5, TypeError)]
+    ("catch_up", "error"), [(-1, ValueError), (True, TypeError), (1.5, TypeError)]
 )
-def test_catch_up_must_be_a_positive_int(catch_up: object, error: type[Exception]) -> None:
+def test_catch_up_must_be_a_non_negative_int(catch_up: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="catch_up"):
         _cron("* * * * *", catch_up=catch_up)
+
+
+def test_catch_up_zero_is_allowed() -> None:
+    assert _cron("* * * * *", catch_up=0).catch_up == 0
+
+
+@pytest.mark.parametrize(
+    ("window", "error", "message"),
+    [
+        (-1.0, ValueError, "catch_up_window must be >= 0 seconds"),
+        (timedelta(seconds=-1), ValueError, "catch_up_window must be >= 0 seconds"),
+        (math.inf, ValueError, "catch_up_window must be a finite number of seconds"),
+        (math.nan, ValueError, "catch_up_window must be a finite number of seconds"),
+        (365 * 86400 + 1, ValueError, r"catch_up_window must be at most 31536000 seconds"),
+        (timedelta(days=400), ValueError, r"at most 31536000 seconds \(365 days\)"),
+        ("1h", TypeError, "catch_up_window must be a number of seconds"),
+        (True, TypeError, "catch_up_window must be a number of seconds"),
+    ],
+)
+def test_catch_up_window_must_be_finite_and_not_negative(
+    window: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        _cron("* * * * *", catch_up_window=window)
+
+
+def test_catch_up_window_takes_seconds_or_a_timedelta() -> None:
+    assert _cron("* * * * *").catch_up_window == 3600.0
+    assert _cron("* * * * *", catch_up_window=0).catch_up_window == 0.0
+    assert _cron("* * * * *", catch_up_window=timedelta(minutes=90)).catch_up_window == 5400.0
+    assert _cron("* * * * *", catch_up_window=timedelta(days=365)).catch_up_window == 31536000
+    assert "catch_up_window=5400.0" in repr(_cron("* * * * *", catch_up_window=5400))
 
 
 def test_an_unknown_time_zone_is_a_value_error() -> None:

@@ -1,6 +1,7 @@
 """``worker.cron(...)``: the scheduler inside a Worker's run(), on virtual time (both
 backends): three replicas enqueue and handle each slot once, daylight saving, catch-up after
-an outage, the scheduler stops at the shutdown signal, and registration errors."""
+an outage and after a restart, the scheduler stops at the shutdown signal, and registration
+errors."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ async def _running(workers: Sequence[Worker]) -> AsyncIterator[None]:
 async def test_three_worker_replicas_enqueue_and_handle_each_slot_once() -> None:
     async with cron_server(utc(2025, 1, 1, 0, 0, 30)) as (client, _engine, _clock, tap):
         seen = Handled()
-        cron = Cron("*/5 * * * *", TASK, _payload)
+        cron = Cron("*/5 * * * *", TASK, _payload, catch_up_window=0)
         workers = _workers(client, [cron], 3, seen)
         assert workers[0].crons == (cron,)
         async with _running(workers):
@@ -84,7 +85,7 @@ async def test_a_worker_cron_skips_the_hour_spring_forward_removes() -> None:
     # Europe/Berlin, 2025-03-30 02:00 CET -> 03:00 CEST.
     async with cron_server(utc(2025, 3, 30, 0, 10)) as (client, _engine, _clock, tap):
         seen = Handled()
-        cron = Cron("30 * * * *", TASK, _payload, timezone="Europe/Berlin")
+        cron = Cron("30 * * * *", TASK, _payload, timezone="Europe/Berlin", catch_up_window=0)
         async with _running(_workers(client, [cron], 2, seen)):
             await anyio.sleep(3 * 3600)
     # 01:30 CET (00:30 UTC), no 02:30, then 03:30 and 04:30 CEST (01:30, 02:30 UTC).
@@ -99,7 +100,7 @@ async def test_a_worker_cron_catches_up_the_newest_slots_after_an_outage(catch_u
         # The server refuses enqueues from 00:00:30 to 00:05:45: five slots come due.
         tap.outage = (utc(2025, 1, 1, 0, 0, 30), utc(2025, 1, 1, 0, 5, 45))
         seen = Handled()
-        cron = Cron("* * * * *", TASK, _payload, catch_up=catch_up)
+        cron = Cron("* * * * *", TASK, _payload, catch_up=catch_up, catch_up_window=0)
         async with _running(_workers(client, [cron], 1, seen)):
             await anyio.sleep(10 * 60)  # until 00:10:30
     assert tap.refused
@@ -123,7 +124,7 @@ async def test_the_scheduler_stops_at_the_shutdown_signal() -> None:
             started.set()
             await gate.wait()
 
-        worker = Worker(client, [QUEUE]).cron(Cron("* * * * *", TASK, _payload))
+        worker = Worker(client, [QUEUE]).cron(Cron("* * * * *", TASK, _payload, catch_up_window=0))
         worker.handle("tick", held)
         async with anyio.create_task_group() as tg:
             await tg.start(worker.run)
@@ -150,3 +151,20 @@ async def test_cron_registration_errors() -> None:
                 worker.cron(Cron("@weekly", TASK, _payload, name="weekly"))
             worker.shutdown()
         assert [c.name for c in worker.crons] == ["tick", "daily"]
+
+
+async def test_a_worker_restarted_after_downtime_enqueues_and_handles_the_slot_it_missed() -> None:
+    # The default look-back (an hour, catch_up=1) through worker.cron(): the worker stops at
+    # 00:15, is down over the slots 00:20 to 00:40, restarts at 00:45:30.
+    async with cron_server(utc(2025, 1, 1, 0, 10, 30)) as (client, _engine, _clock, tap):
+        seen = Handled()
+        cron = Cron("*/10 * * * *", TASK, _payload)
+        async with _running(_workers(client, [cron], 1, seen)):
+            await anyio.sleep(4 * 60 + 30)  # until 00:15:00
+        await anyio.sleep(30 * 60 + 30)  # down until 00:45:30
+        async with _running(_workers(client, [cron], 1, seen)):
+            await anyio.sleep(60)
+    # 00:10 at the first start (its own look-back), 00:40 at the restart.
+    expected = [utc(2025, 1, 1, 0, 10), utc(2025, 1, 1, 0, 40)]
+    assert [job.scheduled_at for job in tap.new()] == expected
+    assert sorted(slot for slot, _ in seen.slots) == [s.isoformat() for s in expected]

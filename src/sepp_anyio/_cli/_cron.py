@@ -48,6 +48,9 @@ _DESCRIPTION = """\
 Run cron schedules until SIGINT or SIGTERM: each slot of each cron is enqueued with
 scheduled_at = the slot and idempotency key cron:<name>:<slot>, so any number of these
 processes (and workers running the same crons) enqueue each slot once, without a leader.
+A process that starts also enqueues the newest slots it missed (each Cron's catch_up, from
+the last catch_up_window seconds, 1 h by default); those another replica already enqueued
+are deduplicated by the server, so restarts and deploys lose no slot and duplicate none.
 
 TARGET is module:attribute (the current directory, or --path, is searched first) naming a
 sepp_anyio.Cron or a list of them:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Generic, Protocol, TypeVar
 
+from .._model._checks import check_count, check_seconds
 from .._model._enqueue import EnqueueRequest
+from .._model._error_root import InvalidArgumentError
 from ._schedule import Schedule
 
 __all__ = ["Cron", "CronTask", "idempotency_key"]
+
+#: The longest start-up look-back, in seconds (365 days): far beyond any deduplication
+#: window worth having, and short enough that ``start - window`` is always a datetime.
+MAX_CATCH_UP_WINDOW = 365 * 86400.0
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -61,17 +67,32 @@ class Cron(Generic[T]):
             offset) whose wall clock the expression reads. Wall times that a daylight-saving
             change skips have no slot; wall times it repeats fire once, at their first
             occurrence.
-        catch_up: when the scheduler finds several slots due at once (after downtime, a
-            server outage or a stalled event loop), it enqueues only the newest
-            ``catch_up`` of them and skips the older ones (logged). Must be >= 1.
+        catch_up: when the scheduler finds several slots due at once (at its start, after
+            a server outage, a stalled event loop or a wall clock that jumped), it enqueues
+            only the newest ``catch_up`` of them, oldest first, and skips the older ones
+            (logged). ``0`` means no catch-up at all: a slot is enqueued only at the
+            scheduler's first look at the clock after it (the newest one, if several fell
+            since the previous look); one that fell while no scheduler ran, or whose
+            enqueue failed, is skipped, never sent late.
+        catch_up_window: how far back, in seconds (or a ``timedelta``), a scheduler that
+            starts looks for missed slots: the slots from ``start - catch_up_window`` up to
+            its start are due at once (so the newest ``catch_up`` of them are enqueued), and
+            a slot that fell while every scheduler was down (a deploy, a crash) is not lost.
+            Safe with any number of replicas: a slot some scheduler already enqueued (this
+            one before its restart, or another replica) carries the same idempotency key,
+            and the server answers it as a duplicate, as long as this window is shorter
+            than the queue's deduplication window (``dedup_window_ms``, 24 h by default,
+            which the client cannot read: keep this below it). ``0`` turns the look-back
+            off (only slots from the start on are enqueued). Default one hour.
 
     Raises:
         ValueError: a malformed expression (the message names the field), one that never
-            fires, an unknown zone, an empty name, or ``catch_up`` < 1.
+            fires, an unknown zone, an empty name, ``catch_up`` < 0, or a
+            ``catch_up_window`` that is negative, not finite or over 365 days.
         TypeError: an argument of the wrong type.
     """
 
-    __slots__ = ("_catch_up", "_factory", "_name", "_schedule", "_task")
+    __slots__ = ("_catch_up", "_catch_up_window", "_factory", "_name", "_schedule", "_task")
 
     def __init__(
         self,
@@ -82,6 +103,7 @@ class Cron(Generic[T]):
         name: str | None = None,
         timezone: str | tzinfo = "UTC",
         catch_up: int = 1,
+        catch_up_window: float | timedelta = 3600.0,
     ) -> None:
         self._schedule = Schedule(expr, timezone)
         if not callable(payload_factory):
@@ -95,19 +117,25 @@ class Cron(Generic[T]):
             raise TypeError(f"{label} must be a str, got {type(name).__name__}")
         if not name or any(not ch.isprintable() for ch in name):
             raise ValueError(f"{label} must be non-empty and printable, got {name!r}")
-        if isinstance(catch_up, bool) or not isinstance(catch_up, int):
-            raise TypeError(f"catch_up must be an int, got {type(catch_up).__name__}")
-        if catch_up < 1:
-            raise ValueError(f"catch_up must be >= 1, got {catch_up}")
+        self._catch_up = check_count(catch_up, "catch_up", minimum=0)
+        if isinstance(catch_up_window, timedelta):
+            catch_up_window = catch_up_window.total_seconds()
+        window = check_seconds(catch_up_window, "catch_up_window")
+        if window > MAX_CATCH_UP_WINDOW:
+            raise InvalidArgumentError(
+                f"catch_up_window must be at most {MAX_CATCH_UP_WINDOW:.0f} seconds"
+                f" (365 days), got {catch_up_window}"
+            )
+        self._catch_up_window = window
         self._task = task
         self._factory = payload_factory
         self._name = name
-        self._catch_up = catch_up
 
     def __repr__(self) -> str:
         return (
             f"Cron({self._schedule.expr!r}, name={self._name!r},"
-            f" timezone={str(self._schedule.tz)!r}, catch_up={self._catch_up})"
+            f" timezone={str(self._schedule.tz)!r}, catch_up={self._catch_up},"
+            f" catch_up_window={self._catch_up_window})"
         )
 
     @property
@@ -131,6 +159,11 @@ class Cron(Generic[T]):
     def catch_up(self) -> int:
         return self._catch_up
 
+    @property
+    def catch_up_window(self) -> float:
+        """The start-up look-back, in seconds."""
+        return self._catch_up_window
+
     def next_slot(self, after: datetime) -> datetime | None:
         """The first slot strictly after the aware instant ``after`` (in the cron's zone),
         or None if the expression never fires again."""
@@ -138,9 +171,10 @@ class Cron(Generic[T]):
 
     def due_slots(self, after: datetime, now: datetime) -> tuple[list[datetime], bool]:
         """The slots to enqueue when the slots up to ``after`` are done and it is ``now``:
-        the newest ``catch_up`` in ``(after, now]``, oldest first, and whether older ones
-        were skipped."""
-        return self._schedule.due(after, now, self._catch_up)
+        the newest ``catch_up`` in ``(after, now]`` (the newest one for ``catch_up=0``,
+        whose scheduler passes only the time since its previous look), oldest first, and
+        whether older ones were skipped."""
+        return self._schedule.due(after, now, max(self._catch_up, 1))
 
     def idempotency_key(self, slot: datetime) -> str:
         """The key of ``slot``'s job: ``cron:<name>:<YYYY-MM-DDTHH:MM:SSZ>``."""

@@ -1,13 +1,26 @@
 """``run_cron``: the scheduler loop that turns cron slots into enqueued jobs.
 
 One task per :class:`Cron`, all in one task group. Each task remembers the last slot it
-dealt with (at first: its start time, so a fresh scheduler never enqueues slots from before
-it started) and loops:
+dealt with and loops:
 
 1. read the wall clock; the due slots are those after the remembered one up to now, of which
    the newest ``catch_up`` are enqueued, oldest first (older ones are skipped, logged);
 2. sleep until the next slot, in steps of at most a minute so that a wall clock that jumps
    (a host resumed from suspend, an NTP step) is noticed.
+
+At first the remembered slot is ``catch_up_window`` before the start: a scheduler that
+starts treats the slots of that look-back as due, so a slot that fell while every replica
+was down (a deploy, a crash) is still enqueued (the newest ``catch_up`` of them). That is
+safe because every cron job carries the idempotency key ``cron:<name>:<slot>``: a slot that
+some replica, or this one before its restart, already enqueued is answered as a duplicate
+by the server, provided the look-back is shorter than the queue's deduplication window (the
+row lives ``dedup_window_ms`` from that enqueue, which happened at or after the slot, so
+at or after ``start - catch_up_window``). The client cannot check that bound (the protocol
+does not report the window), so it is the user's to keep. ``catch_up_window=0`` starts
+from the start instant (a slot at that very instant included), and ``catch_up=0`` turns
+catch-up off altogether: the remembered slot is then simply the previous look at the clock,
+so only slots that fell since then are due (the newest one), and a failed enqueue is not
+retried.
 
 The sleep is ``anyio.sleep`` of a duration computed from the wall clock, so with the
 in-process server under trio's ``MockClock`` (whose clock the client's wall clock follows)
@@ -73,9 +86,12 @@ async def run_cron(
 ) -> None:
     """Enqueue the slots of one or many crons until cancelled.
 
-    Safe to run on any number of replicas at once (see :class:`Cron`). Reports
-    ``task_status.started()`` once every cron has read its start time: slots from then on
-    are its to enqueue.
+    Safe to run on any number of replicas at once (see :class:`Cron`), and to restart: each
+    cron first looks back ``catch_up_window`` seconds from its start and enqueues the newest
+    ``catch_up`` slots of that look-back (those already enqueued, by a replica or before the
+    restart, are deduplicated by the server while the look-back is shorter than the queue's
+    deduplication window). Reports ``task_status.started()`` once every cron has read its
+    start time.
 
     Args:
         client: where the jobs go.
@@ -106,11 +122,21 @@ async def _run_one(
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    # Slots up to `done` are dealt with; a slot at the very instant of the start is ours.
-    done = clock().astimezone(UTC) - timedelta(microseconds=1)
-    logger.info("cron %s (%s, %s) started", cron.name, cron.expr, cron.timezone)
+    start = clock().astimezone(UTC)
+    # Slots up to `done` are dealt with. At the start: none from the look-back on (see the
+    # module docstring), and a slot at the very instant of the start is ours too.
+    lookback = cron.catch_up_window if cron.catch_up > 0 else 0.0
+    done = start - timedelta(seconds=lookback, microseconds=1)
+    logger.info(
+        "cron %s (%s, %s) started; looking back %.0f s for missed slots",
+        cron.name,
+        cron.expr,
+        cron.timezone,
+        lookback,
+    )
     task_status.started()
     retry = _RETRY_FIRST
+    first = True
     # The first slot after everything dealt with; until the clock reaches it nothing can be
     # due (slots up to the last look at the clock were dealt with then), so a wake-up from a
     # capped sleep costs one clock read. None: to be computed.
@@ -120,19 +146,26 @@ async def _run_one(
         if upcoming is None or now >= upcoming:
             slots, skipped = cron.due_slots(done, now)
             if skipped:
-                logger.warning(
+                # Older slots of the start-up look-back are expected (other replicas, or
+                # this one before it stopped, most likely enqueued them): not a warning.
+                logger.log(
+                    logging.INFO if first else logging.WARNING,
                     "cron %s: slots between %s and %s were missed and are skipped (catch_up=%d)",
                     cron.name,
                     done.isoformat(),
                     slots[0].isoformat(),
                     cron.catch_up,
                 )
+            first = False
             failed = False
             for slot in slots:
                 if not await _enqueue(client, cron, slot):
                     failed = True
                     break
                 done = slot.astimezone(UTC)
+            if cron.catch_up == 0:
+                # No catch-up: every slot up to this look is dealt with, sent or not.
+                done, failed = max(done, now), False
             if failed:
                 upcoming = None
                 await anyio.sleep(retry)
@@ -163,7 +196,8 @@ async def _enqueue(client: Client, cron: Cron[Any], slot: datetime) -> bool:
         logger.error("cron %s: the server rejected %s (%s); slot skipped", cron.name, key, exc)
         return True
     except SeppError as exc:
-        logger.warning("cron %s: enqueueing %s failed (%s); retrying", cron.name, key, exc)
+        then = "retrying" if cron.catch_up > 0 else "slot skipped (catch_up=0)"
+        logger.warning("cron %s: enqueueing %s failed (%s); %s", cron.name, key, exc, then)
         return False
     if ack.deduplicated:
         logger.debug("cron %s: %s was already enqueued (job %s)", cron.name, key, ack.job_id)

@@ -120,7 +120,8 @@ KEYLESS_ENQUEUE_RETRYABLE_CODES: Final = frozenset(
 class ClientError(SeppError):
     """A call failed as a whole: transport trouble, a refusal of the entire request, or a
     reply that breaks the protocol. Whether it is worth retrying depends on :attr:`code`
-    (see :data:`RETRYABLE_CODES`); the client's :class:`RetryPolicy` already did that."""
+    (:class:`RetryPolicy` lists the codes it retries); the client's :class:`RetryPolicy`
+    already did that."""
 
 
 class ConnectError(ClientError):

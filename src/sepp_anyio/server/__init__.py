@@ -9,7 +9,9 @@ per-RPC methods; authentication is theirs, everything else is here.
 On the network: :func:`serve` (runs until cancelled, asyncio only), :class:`NetworkServer`
 (serve a running engine inside ``async with``), :class:`ServerThread` (a server in a
 background thread, for any backend) and :class:`ServerProcess` (``python -m
-sepp_anyio.server`` in a subprocess).
+sepp_anyio.server`` in a subprocess); :func:`server_ssl_context` builds the TLS context a
+:class:`NetworkServer` takes, and :data:`LISTENING_LOGGER` names the logger of the
+"listening" line.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from ._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
 from ._memory import MemoryStore as MemoryStore
+from ._network import LISTENING_LOGGER as LISTENING_LOGGER
 from ._network import NetworkServer as NetworkServer
 from ._network import ServerThread as ServerThread
 from ._network import serve as serve
+from ._network import server_ssl_context as server_ssl_context
 from ._records import DeadLetter as DeadLetter
 from ._records import DeadLetterCause as DeadLetterCause
 from ._records import JobState as JobState
@@ -44,6 +48,7 @@ from ._sqlite import SqliteStore as SqliteStore
 from ._store import Store as Store
 
 __all__ = [
+    "LISTENING_LOGGER",
     "ApiKey",
     "AuthConfig",
     "Clock",
@@ -70,6 +75,7 @@ __all__ = [
     "StoreContents",
     "StoredJob",
     "serve",
+    "server_ssl_context",
 ]
 
 # Public names report this package in reprs, tracebacks and pickles (see sepp_anyio's).

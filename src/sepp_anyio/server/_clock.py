@@ -105,6 +105,10 @@ class ManualClock(Clock):
 
         Raises:
             ValueError: if *seconds* is negative.
+
+        Cancellation: time stays where the advance had got to (the deadline of the last
+        sleepers it woke, short of the target; unchanged if cancelled before the first
+        step); those sleepers have been woken, and a later advance goes on from there.
         """
         if seconds < 0:
             raise ValueError("a ManualClock cannot go backwards")
@@ -120,5 +124,8 @@ class ManualClock(Clock):
         await anyio.wait_all_tasks_blocked()
 
     async def settle(self) -> None:
-        """Let every runnable task run until all are blocked, without moving time."""
+        """Let every runnable task run until all are blocked, without moving time.
+
+        Cancellation: a plain cancellation point; nothing changes.
+        """
         await anyio.wait_all_tasks_blocked()

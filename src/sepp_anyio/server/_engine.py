@@ -126,6 +126,13 @@ class Engine(anyio.AsyncContextManagerMixin):
     RPC methods take and return the generated ``sepp.v1`` messages.  Whole-call failures raise
     :class:`EngineError` with the protocol's status and message.  Cancelling an RPC while it
     waits for its commit does not undo it: the change is made and committed anyway.
+
+    Cancellation: an RPC changes the engine's state before its one wait (for the commit), so
+    a cancelled call loses only its reply (each method says what that means).  Cancelled
+    while entering, the engine leaves the store closed.  Leaving because of a cancellation
+    still shuts down and closes the store (shielded), but the commit task is cancelled with
+    the rest: writes not yet committed may not be durable, and the calls waiting for them
+    get UNAVAILABLE.  A clean stop leaves the ``async with`` normally.
     """
 
     def __init__(
@@ -426,6 +433,9 @@ class Engine(anyio.AsyncContextManagerMixin):
                 "storage unavailable: ..." while the store is failing (nothing was enqueued) and
                 after close; INTERNAL "storage commit failed" if the engine stopped while the
                 store still failed to commit the jobs (they may or may not be committed).
+
+        Cancellation: the jobs are enqueued (and committed) anyway; only the reply with their
+        ids is lost (resending with the same idempotency keys finds them).
         """
         self._begin()
         jobs = self._check_batch(request)
@@ -453,6 +463,9 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Raises:
             EngineError: as :meth:`enqueue_batch`.
+
+        Cancellation: as :meth:`enqueue_batch`: all the jobs are enqueued anyway (or, after
+        a rejection, none); only the reply is lost.
         """
         self._begin()
         jobs = self._check_batch(request)
@@ -619,6 +632,8 @@ class Engine(anyio.AsyncContextManagerMixin):
             EngineError: INVALID_ARGUMENT; NOT_FOUND "job not found" if the job is not
                 inflight; FAILED_PRECONDITION "attempt mismatch"; UNAVAILABLE and INTERNAL as
                 :meth:`enqueue_batch`.
+
+        Cancellation: the job is deleted (and the deletion committed) anyway.
         """
         self._begin()
         _invalid(ack_problem(request))
@@ -640,6 +655,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         Raises:
             EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a retry without a
                 strategy or with a negative delay.
+
+        Cancellation: the job is requeued or dead-lettered anyway; only the reply (whether
+        it was dead-lettered) is lost.
         """
         self._begin()
         _invalid(nack_problem(request))
@@ -674,6 +692,8 @@ class Engine(anyio.AsyncContextManagerMixin):
         Raises:
             EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a missing or
                 non-positive ``lease_duration``.
+
+        Cancellation: the lease is extended anyway; only the new expiry is not reported.
         """
         self._begin()
         _invalid(extend_problem(request))
@@ -700,6 +720,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         Raises:
             EngineError: INVALID_ARGUMENT (empty queue, max 0); UNAVAILABLE and INTERNAL
                 as :meth:`enqueue_batch`.
+
+        Cancellation: the records are removed anyway and are lost with the reply (and the
+        warning is not logged), so a drain whose records matter must not be cancelled.
         """
         self._begin()
         _invalid(drain_problem(request))
@@ -724,6 +747,8 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Raises:
             EngineError: UNAVAILABLE after close.
+
+        Cancellation: a plain cancellation point; nothing changes.
         """
         self._begin(touches_state=False)
         await anyio.lowlevel.checkpoint()

@@ -43,10 +43,20 @@ class MemoryStore:
         return self._transactions
 
     async def open(self) -> StoreContents:
+        """Mark the store in use and return its contents (see :meth:`Store.open`).
+
+        Cancellation: at its one checkpoint, before anything else: the store is left unused
+        (so a later engine can still open it).
+
+        Raises:
+            RuntimeError: the store is already used by a running engine.
+        """
+        # The checkpoint comes first: an engine cancelled here never gets to aclose(), and a
+        # store marked open would refuse every later engine.
+        await anyio.lowlevel.checkpoint()
         if self._open:
             raise RuntimeError("this MemoryStore is already used by a running engine")
         self._open = True
-        await anyio.lowlevel.checkpoint()
         return StoreContents(
             jobs=list(self._jobs.values()),
             dead_letters=list(self._dead_letters.values()),
@@ -54,6 +64,10 @@ class MemoryStore:
         )
 
     async def commit(self, writes: Sequence[Write]) -> None:
+        """Apply *writes* in order, all at once (see :meth:`Store.commit`).
+
+        Cancellation: at its one checkpoint, before any write is applied: nothing is.
+        """
         # Yield first, as a real store would: RPCs arriving meanwhile join the next group.
         await anyio.lowlevel.checkpoint()
         for write in writes:
@@ -73,4 +87,6 @@ class MemoryStore:
         self._transactions += 1
 
     async def aclose(self) -> None:
+        """Mark the store unused; its contents stay, for a later engine.  Never suspends,
+        so cancellation does not affect it."""
         self._open = False

@@ -255,6 +255,17 @@ class SqliteStore:
         return self._transactions
 
     async def open(self) -> StoreContents:
+        """Open (creating or migrating) the database and load it (see :meth:`Store.open`).
+
+        Cancellation: the work runs in a worker thread and is not abandoned: the
+        cancellation is delivered after it has finished, with the store then open (the
+        engine closes it again).
+
+        Raises:
+            RuntimeError: the store is already open, or the database's format is not
+                supported (or not in WAL mode).
+            sqlite3.Error: the file is not a usable database.
+        """
         if self._conn is not None:
             raise RuntimeError("this SqliteStore is already open")
         # One thread at a time on the connection; created here because a limiter belongs to
@@ -342,6 +353,16 @@ class SqliteStore:
         return StoreContents(jobs=jobs, dead_letters=dead_letters, dedup=dedup)
 
     async def commit(self, writes: Sequence[Write]) -> None:
+        """Apply *writes* in one transaction (see :meth:`Store.commit`).
+
+        Cancellation: the transaction runs in a worker thread and is not abandoned; the
+        cancellation is delivered after it has committed or rolled back, so the caller
+        never leaves a transaction half done.
+
+        Raises:
+            RuntimeError: the store is not open.
+            sqlite3.Error: the transaction failed (it was rolled back).
+        """
         if self._conn is None or self._limiter is None:
             raise RuntimeError("this SqliteStore is not open")
         await anyio.to_thread.run_sync(self._commit_sync, self._conn, writes, limiter=self._limiter)
@@ -373,6 +394,11 @@ class SqliteStore:
             raise
 
     async def aclose(self) -> None:
+        """Close the database connection.  Idempotent.
+
+        Cancellation: the close runs in a worker thread and is not abandoned; the store is
+        closed either way.
+        """
         conn, self._conn = self._conn, None
         if conn is not None:
             await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)

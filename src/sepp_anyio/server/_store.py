@@ -28,6 +28,9 @@ class Store(Protocol):
     async def open(self) -> StoreContents:
         """Open the store and return everything in it.
 
+        Cancellation: must leave the store closed, or finish opening first (the engine
+        calls ``aclose()`` only once ``open()`` has returned).
+
         Raises:
             RuntimeError: if the store is already open.
             Exception: whatever the storage layer raises (corrupt or foreign database).
@@ -50,5 +53,9 @@ class Store(Protocol):
         ...
 
     async def aclose(self) -> None:
-        """Release the store's resources.  Idempotent."""
+        """Release the store's resources.  Idempotent.
+
+        Cancellation: the engine calls it shielded from cancellation, so it must finish on
+        its own, promptly.
+        """
         ...

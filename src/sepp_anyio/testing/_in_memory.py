@@ -40,6 +40,11 @@ async def open_in_memory_client(
     Both backends are supported. Leaving the block shuts the engine down
     (parked reserves return empty) and closes the client.
 
+    Cancellation: leaving the block because of a cancellation still closes the
+    client and, shielded, the engine's store, but writes the engine had not yet
+    committed may be lost (see :class:`~sepp_anyio.server.Engine`); that matters
+    only for a ``store`` that outlives the block.
+
     Raises:
         ConfigError: a bad config; the message names the key.
         InvalidApiKeyError: an unusable ``api_key``.

@@ -94,7 +94,10 @@ class MemoryChannel:
         )
 
     async def connect(self) -> None:
-        """Nothing to connect; present for the client's channel protocol."""
+        """Nothing to connect; present for the client's channel protocol.
+
+        Cancellation: returns without suspending, so there is nothing to cancel.
+        """
 
     async def _serve(self, name: str, request: Any, metadata: list[tuple[str, str | bytes]]) -> Any:
         self.calls += 1
