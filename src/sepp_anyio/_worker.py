@@ -23,27 +23,27 @@ payload before the function runs (``_task_call``); ``on_outcome`` is told each d
 Capacity model (why a job gives its token back before its ack is answered). A lane's
 ``max_in_flight`` tokens bound the jobs whose handlers may run: the loop takes a token
 before it reserves and asks only for the tokens it can take, so the worker never holds a
-lease on a job it cannot start now. By Little's law each token carries at most one job
-per ``T``, the time the token is held, so a lane handles at most ``max_in_flight / T``
-jobs a second. If the token were held until the ack's reply came back, ``T`` would be
-``reserve RTT + handler + settle RTT``: on loopback the round trips are a fraction of a
-millisecond, but between two machines each is milliseconds, and a 1 ms handler at 2.5 ms
-each way would leave the capacity idle three quarters of the time, waiting on the network.
-So the token is given back the moment the outcome is decided (the handler is over): the
-ack or nack then travels on a separate *settle slot* (``max_in_flight`` of them per lane,
-held through the ack or nack and ``on_outcome``), and the next reserve goes out while the
-acks are still in flight, so ``T = reserve RTT + handler``. Jobs leased to the worker at
-once are bounded by ``2 * max_in_flight`` (handlers running, plus outcomes being
-settled); the settle slots need no more room: by Little's law again they hold ``rate *
-settle RTT`` jobs, under ``max_in_flight`` whenever a settle is no slower than a reserve
-plus a handler. When the settles are the bottleneck (a slow server), a finished job waits
-for a slot *while still holding its token*, so the back-pressure reaches the reserve loop
-and nothing more is leased. A job being settled is not one the worker has to start: its
-outcome is known, and only its reply is on the way, so "never lease a job it cannot
-start" still holds. Tokens come back as handlers end, without waiting for a reply, so a
-burst of jobs that end together (one reserve's worth of short handlers) gives its tokens
-back within one scheduling round and is reserved again in one full reserve; tokens that
-come back one by one while a reserve is out are all asked for by the next one.
+lease on a job it cannot start now. By Little's law each token carries at most one job per
+``T``, the time the token is held, so a lane handles at most ``max_in_flight / T`` jobs a
+second. If the token were held until the ack's reply came back, ``T`` would be ``reserve
+RTT + handler + settle RTT``: on loopback the round trips are a fraction of a millisecond,
+but between two machines each is milliseconds; at 2.5 ms each way, a token would carry a
+1-ms job once per 11 ms, the handler running for one of them. So the token is given back
+the moment the outcome is decided (the handler is over): the ack or nack then travels on a
+separate *settle slot* (``max_in_flight`` of them per lane, held through the ack or nack
+and ``on_outcome``), and the next reserve goes out while the acks are still in flight, so
+``T = reserve RTT + handler`` (6 ms in that example, nearly twice the rate). Jobs leased to
+the worker at once are bounded by ``2 * max_in_flight`` (handlers running, plus outcomes
+being settled); the settle slots need no more room: by Little's law again they hold the
+rate times the settle RTT in jobs, under ``max_in_flight`` whenever a settle is no slower
+than a reserve plus a handler. When the settles are the bottleneck (a slow server), a
+finished job waits for a slot *while still holding its token*, so the back-pressure reaches
+the reserve loop and nothing more is leased. A job being settled is not one the worker has
+to start: its outcome is known, and only its reply is on the way, so "never lease a job it
+cannot start" still holds. Tokens come back as handlers end, without waiting for a reply,
+so a burst of jobs that end together (one reserve's worth of short handlers) gives its
+tokens back within one scheduling round and is reserved again in one full reserve; tokens
+that come back one by one while a reserve is out are all asked for by the next one.
 
 Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
 which one is decided once, at registration (a ``functools.partial`` of either, a bound
