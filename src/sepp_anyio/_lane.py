@@ -210,22 +210,30 @@ class LaneStatistics:
 
 @dataclass(eq=False, slots=True)
 class LaneRun:
-    """The state of one lane's reserve loop and its counters (internal)."""
+    """The state of one lane's reserve loop and its counters (internal).
+
+    A job of the lane holds a ``limiter`` token from the reserve until its outcome is
+    decided, then a ``settles`` slot (with the token given back) until its ack or nack and
+    the ``on_outcome`` call are over (see the model in ``_worker``'s module docs).
+    """
 
     lane: Lane
-    #: Its capacity, made by run() (a limiter belongs to one event loop).
+    #: Its capacity, made by run() (a limiter belongs to one event loop): a token per job
+    #: whose handler may run now.
     limiter: anyio.CapacityLimiter | None = None
+    #: Room for jobs whose outcome is decided and whose ack or nack is on its way
+    #: (``max_in_flight`` of them), made by run() too.
+    settles: anyio.CapacityLimiter | None = None
     bucket: TokenBucket | None = None
     #: The reserve in progress (cancelled by shutdown) and the event set once it unwound.
     reserve_scope: anyio.CancelScope | None = None
     reserve_unwound: anyio.Event | None = None
-    #: The reserve loop's wait for settling jobs' tokens (see Worker._gather_settling_tokens).
-    batch: int = 1
-    handler_time: float = 0.0
-    settle_time: float = 0.0
-    settling: int = 0
-    token_back: anyio.Event | None = None
+    #: Every job of the lane not finished yet (running, or being settled).
     runs: set[JobRun] = field(default_factory=set)
+    #: The jobs holding a ``limiter`` token, with the token (its borrower object).
+    holding: dict[JobRun, object] = field(default_factory=dict)
+    #: Jobs holding a ``settles`` slot (their ack or nack, then on_outcome, on its way).
+    settling: int = 0
     #: run(until_idle=True): the worker's job-finish count when this lane's last reserve
     #: came back empty with nothing in flight (None: not idle).
     idle_at: int | None = None
@@ -238,20 +246,17 @@ class LaneRun:
     reserve_errors: int = 0
     max_seen: int = 0
 
-    def __post_init__(self) -> None:
-        lane = self.lane
-        self.batch = min(lane.max_jobs or lane.max_in_flight, max(1, lane.max_in_flight // 2))
-
     def start(self) -> None:
         """Make the per-run parts (inside run(), on its event loop)."""
         self.limiter = anyio.CapacityLimiter(self.lane.max_in_flight)
+        self.settles = anyio.CapacityLimiter(self.lane.max_in_flight)
         self.bucket = None if self.lane.rate is None else TokenBucket(self.lane.rate)
         self.idle_at = None
 
     def statistics(self) -> LaneStatistics:
         return LaneStatistics(
             queues=self.lane.queues,
-            in_flight=len(self.runs),
+            in_flight=len(self.holding),
             processed=self.processed,
             nacked_retry=self.nacked_retry,
             nacked_dead_letter=self.nacked_dead,

@@ -8,7 +8,8 @@ Shape (the reason this library exists)::
             ├── reserve loop per lane (the run() task itself when there is one lane)
             │     take a CapacityLimiter token, then the lane's rate tokens, then
             │     reserve min(max_jobs, free tokens, rate tokens)
-            └── one task per job, holding its token until the outcome is settled
+            └── one task per job, holding its token until its outcome is decided,
+                then a settle slot (and no token) until the ack or nack is done
                   └── cancel scope shared by
                         ├── middleware, then the handler (inside the job's timeout)
                         └── the heartbeat (extends the lease; cancels the scope if lost)
@@ -19,10 +20,30 @@ one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve 
 payload before the function runs (``_task_call``); ``on_outcome`` is told each delivery's
 :class:`~sepp_anyio.Outcome` after it is settled (``_outcome``).
 
-Under load with short handlers, when every job in flight is being acked, the reserve
-loop waits for those jobs' tokens (up to half of ``max_in_flight``) before it reserves,
-so a burst of acks is followed by one full reserve rather than a one-job reserve that
-queues behind them at the server (see ``_gather_settling_tokens``).
+Capacity model (why a job gives its token back before its ack is answered). A lane's
+``max_in_flight`` tokens bound the jobs whose handlers may run: the loop takes a token
+before it reserves and asks only for the tokens it can take, so the worker never holds a
+lease on a job it cannot start now. By Little's law each token carries at most one job per
+``T``, the time the token is held, so a lane handles at most ``max_in_flight / T`` jobs a
+second. If the token were held until the ack's reply came back, ``T`` would be ``reserve
+RTT + handler + settle RTT``: on loopback the round trips are a fraction of a millisecond,
+but between two machines each is milliseconds; at 2.5 ms each way, a token would carry a
+1-ms job once per 11 ms, the handler running for one of them. So the token is given back
+the moment the outcome is decided (the handler is over): the ack or nack then travels on a
+separate *settle slot* (``max_in_flight`` of them per lane, held through the ack or nack
+and ``on_outcome``), and the next reserve goes out while the acks are still in flight, so
+``T = reserve RTT + handler`` (6 ms in that example, nearly twice the rate). Jobs leased to
+the worker at once are bounded by ``2 * max_in_flight`` (handlers running, plus outcomes
+being settled); the settle slots need no more room: by Little's law again they hold the
+rate times the settle RTT in jobs, under ``max_in_flight`` whenever a settle is no slower
+than a reserve plus a handler. When the settles are the bottleneck (a slow server), a
+finished job waits for a slot *while still holding its token*, so the back-pressure reaches
+the reserve loop and nothing more is leased. A job being settled is not one the worker has
+to start: its outcome is known, and only its reply is on the way, so "never lease a job it
+cannot start" still holds. Tokens come back as handlers end, without waiting for a reply,
+so a burst of jobs that end together (one reserve's worth of short handlers) gives its
+tokens back within one scheduling round and is reserved again in one full reserve; tokens
+that come back one by one while a reserve is out are all asked for by the next one.
 
 Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
 which one is decided once, at registration (a ``functools.partial`` of either, a bound
@@ -146,8 +167,6 @@ _EARLY_EMPTY_PAUSE = 0.25
 # cancellation: long enough for a retrying client, short enough that a dead
 # server can't hold a shutdown hostage.
 _SETTLE_TIMEOUT = 30.0
-# Weight of the newest sample in the worker's moving averages of handler and settle times.
-_SMOOTHING = 0.25
 _MAX_FAILURE_BACKOFF = 60.0
 # Ceiling of the exponential backoff after a refused reserve (auth, undeclared queue).
 _MAX_REFUSED_BACKOFF = 30.0
@@ -300,7 +319,9 @@ class _JobLog(logging.LoggerAdapter[logging.Logger]):
 class WorkerStatistics:
     """A snapshot of a worker's counters (see :meth:`Worker.statistics`)."""
 
-    #: Jobs currently being handled (each holds one of ``max_in_flight`` slots).
+    #: Jobs currently being handled (each holds one of ``max_in_flight`` slots): from the
+    #: reserve until the outcome is decided; a job whose ack or nack is on its way holds
+    #: a settle slot instead, and is not counted.
     in_flight: int
     #: Jobs acked.
     processed: int
@@ -486,7 +507,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         self._job_done: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        # The most jobs in flight at once over all lanes (the other counters are per lane).
+        # Jobs holding a max_in_flight token now, over all lanes, and the most ever at once
+        # (the other counters are per lane).
+        self._in_flight = 0
         self._max_seen = 0
         # Probes and metrics for serve_health. The margin covers the longest pause the loop
         # takes between two reserves (the backoff after a failed or refused reserve).
@@ -766,7 +789,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         ``queues`` when no ``Lane`` was given)."""
         lanes = tuple(run.statistics() for run in self._lanes)
         return WorkerStatistics(
-            in_flight=len(self._runs),
+            in_flight=self._in_flight,
             processed=sum(lane.processed for lane in lanes),
             nacked_retry=sum(lane.nacked_retry for lane in lanes),
             nacked_dead_letter=sum(lane.nacked_dead_letter for lane in lanes),
@@ -1001,7 +1024,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 probe.waiting_for_capacity(anyio.current_time())
                 await limiter.acquire_on_behalf_of(first)
                 holding = True
-                await self._gather_settling_tokens(lane)
                 free = 1 + int(limiter.available_tokens)
                 allowed = free if lane.lane.max_jobs is None else min(lane.lane.max_jobs, free)
                 if self._jobs_left is not None:
@@ -1087,51 +1109,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
 
             either.start_soon(wake_on, job_done)
             either.start_soon(wake_on, stop)
-
-    async def _gather_settling_tokens(self, lane: LaneRun) -> None:
-        """Before a reserve, when every job in flight is being settled and handlers have
-        lately been quicker than their acks, wait for those jobs' tokens until half the
-        capacity (or ``max_jobs``) is free.
-
-        With short handlers, jobs finish in bursts: a reserve's worth of them acks at once,
-        and the first token back would start a reserve for that one job, which the server
-        then answers only after the other acks, and the rest of the capacity waits a whole
-        round trip more. Their tokens are about to come back (a settle is one round trip,
-        bounded by its timeout), so asking once for half the capacity makes fewer, fuller
-        reserves, and the worker handles one half while the server settles the other.
-        When a handler is still running, or handlers take longer than acks, a reserve
-        right away keeps the handlers busy instead, so there is no wait. Cancelled with
-        the reserve (shutdown).
-        """
-        limiter = lane.limiter
-        assert limiter is not None
-        if (
-            lane.settle_time <= lane.handler_time
-            or 1 + int(limiter.available_tokens) >= lane.batch
-            or not lane.runs
-            or lane.settling < len(lane.runs)
-        ):
-            return
-        # No job of the lane starts while this loop waits, so the lane's jobs in flight
-        # are the ones waited for.
-        try:
-            while lane.runs and 1 + int(limiter.available_tokens) < lane.batch:
-                token_back = lane.token_back = anyio.Event()
-                await token_back.wait()
-        finally:
-            lane.token_back = None
-
-    @staticmethod
-    def _token_returned(lane: LaneRun) -> None:
-        """A job's token is back: wake a reserve waiting on settling jobs once it has
-        what it waits for."""
-        token_back = lane.token_back
-        limiter = lane.limiter
-        if token_back is not None and (
-            not lane.runs
-            or (limiter is not None and 1 + int(limiter.available_tokens) >= lane.batch)
-        ):
-            token_back.set()
 
     async def _reserve(self, lane: LaneRun, count: int) -> list[Job] | None:
         """One reserve; None after a failure (logged, backed off).
@@ -1246,8 +1223,10 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
         lane.runs.add(run)
-        self._max_seen = max(self._max_seen, len(self._runs))
-        lane.max_seen = max(lane.max_seen, len(lane.runs))
+        lane.holding[run] = token
+        self._in_flight += 1
+        self._max_seen = max(self._max_seen, self._in_flight)
+        lane.max_seen = max(lane.max_seen, len(lane.holding))
         tg.start_soon(self._job_task, lane, token, job, run, name=f"sepp job {job.ctx.id}")
 
     async def _job_task(self, lane: LaneRun, token: object, job: Job, run: JobRun) -> None:
@@ -1256,17 +1235,49 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         finally:
             self._runs.discard(run)
             lane.runs.discard(run)
+            # Still held when the job was not settled (lease lost, or run() cancelled).
+            self._give_token_back(run)
             if run.settling:
                 lane.settling -= 1
-            assert lane.limiter is not None
-            lane.limiter.release_on_behalf_of(token)
-            self._token_returned(lane)
+                assert lane.settles is not None
+                lane.settles.release_on_behalf_of(run)
             if not self._runs and self._idle is not None:
                 self._idle.set()
             if self._job_done is not None:
                 self._finished += 1
                 self._job_done.set()
                 self._job_done = anyio.Event()
+
+    def _give_token_back(self, run: JobRun) -> None:
+        """Return ``run``'s ``max_in_flight`` token to its lane, if it still holds it."""
+        lane: LaneRun = run.lane
+        token = lane.holding.pop(run, None)
+        if token is not None:
+            self._in_flight -= 1
+            assert lane.limiter is not None
+            lane.limiter.release_on_behalf_of(token)
+
+    async def _hand_off(self, run: JobRun) -> None:
+        """The job's outcome is decided: take a settle slot, then give the token back, so
+        that the lane's next reserve need not wait for this ack or nack's round trip (see
+        the capacity model in the module docs).
+
+        When every settle slot is taken, this waits for one *holding the token*, so the
+        reserve loop feels a slow server too. The wait is shielded, as the settle is: the
+        outcome is decided and must not be lost; it ends when an earlier settle (bounded by
+        its timeout) and its ``on_outcome`` call are over.
+        """
+        lane: LaneRun = run.lane
+        settles = lane.settles
+        assert settles is not None
+        try:
+            settles.acquire_on_behalf_of_nowait(run)
+        except anyio.WouldBlock:
+            with anyio.CancelScope(shield=True):
+                await settles.acquire_on_behalf_of(run)
+        run.settling = True
+        lane.settling += 1
+        self._give_token_back(run)
 
     async def _process(self, job: Job, run: JobRun) -> None:
         """Handle one job inside its CONSUMER span, with its log context and metrics."""
@@ -1471,10 +1482,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         lane: LaneRun = run.lane
         metrics = _otel.metrics()
         labels = {"job_type": ctx.job_type}
-        run.settling = True
-        lane.settling += 1
+        await self._hand_off(run)
         started = anyio.current_time()
-        lane.handler_time += (started - run.started - lane.handler_time) * _SMOOTHING
         # One scope: shielded from outer cancellation, but cancelled by its own deadline.
         with anyio.CancelScope(shield=True, deadline=started + _SETTLE_TIMEOUT) as bound:
             try:
@@ -1514,9 +1523,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     exc,
                 )
                 return "settle_failed"
-            finally:
-                took = anyio.current_time() - started
-                lane.settle_time += (took - lane.settle_time) * _SMOOTHING
         assert bound.cancelled_caught
         lane.settle_errors += 1
         log.error(

@@ -249,7 +249,12 @@ async def test_connection_reset_during_ack(
     report = _finish(ledger, shared_db, f"reset during ack ({direction})")
     assert report.acked == 30
     assert _runs_of(ledger, victim) == [1]
-    assert report.redelivered_after_lease_expiry == 0
+    # The victim's token came back when its handler ended, so the next reserve went out
+    # beside its ack. Request lost: the server never saw that reserve either. Reply lost:
+    # the server may have leased it the next job (if it read the reserve before the reset),
+    # whose reply the reset lost too, so that one job (not the victim) comes back when its
+    # lease runs out.
+    assert report.redelivered_after_lease_expiry <= (1 if direction == "down" else 0)
     [settle] = [s for s in ledger.settles if s.job_id == ledger.tags[victim]]
     # Request lost: the retry acked it.  Reply lost: the retry found it already gone.
     assert settle.ok is (direction == "up"), settle
