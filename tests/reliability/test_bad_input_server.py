@@ -548,12 +548,16 @@ def test_broken_grpc_framing(server: ServerProcess, body: bytes, expected: str) 
     assert raw_grpc_call(server.address, "GetServerInfo", b"").data
 
 
-def test_extra_messages_in_a_unary_call_are_ignored(server: ServerProcess) -> None:
-    """As in tonic: the first message is the request, what follows is not read."""
+def test_a_second_message_in_a_unary_call_is_internal(server: ServerProcess) -> None:
+    """A unary call carries one request message: a second one is INTERNAL (tonic reads
+    and drops it; ``http2-hardening.md`` section 7 makes it an error), and the first one
+    is not acted on."""
     empty = b"\x00" + (0).to_bytes(4, "big")
     response = _raw_body_call(server.address, "GetServerInfo", empty * 2)
-    assert dict(response.headers[-1]).get("grpc-status") == "0"
-    assert response.data
+    trailers = dict(response.headers[-1])
+    assert trailers.get("grpc-status") == "13", trailers
+    assert "second" in unquote(trailers.get("grpc-message", ""))
+    assert not response.data
     # Still serving.
     assert raw_grpc_call(server.address, "GetServerInfo", b"").data
 

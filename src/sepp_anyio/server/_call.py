@@ -1,16 +1,19 @@
 """One gRPC call on a served HTTP/2 connection, as the service layer sees it.
 
-:class:`ServerCall` offers what ``_service`` uses of a call (the shape of grpclib's server
-stream, which the service layer was written against): ``metadata``, ``recv_message``,
-``send_message`` and ``send_trailing_metadata``, plus the ``_stream.recv_data`` /
-``_codec`` / ``_dispatch.recv_message`` / ``_recv_type`` hooks its own request reader
-uses to check a message's announced size before reading it.  Nothing here touches grpclib.
+:class:`ServerCall` is what a handler of ``_service`` gets: the request's ``metadata``,
+:meth:`ServerCall.read_request` (the request message: its announced size checked on its
+5-byte prefix before any of it is buffered, a second message refused, then decoded),
+:meth:`ServerCall.send_message` and :meth:`ServerCall.send_trailing_metadata`.  Nothing
+here touches grpclib's server; its ``GRPCError`` and ``Status`` carry the statuses.
 
 Receiving: the connection's reader hands DATA to :meth:`ServerCall.on_data`.  Bytes are
 acknowledged (flow-control credit handed back) only while a reader is assembling a message
-that they belong to, or when the call ends: a request nobody reads yet (before its API key
-is checked) holds at most the stream's window, and a message announced over the limit is
-refused on its 5-byte prefix with the rest never acknowledged.
+that they belong to, as they leave the buffer, or when the call ends: a request nobody reads
+yet (before its API key is checked) holds at most the stream's window, and a message
+announced over the limit is refused on its 5-byte prefix with the rest never acknowledged.
+The bytes a call buffers count against its connection's and the server's budgets
+(:mod:`._reqbytes`): over either, acknowledging bytes that stay buffered waits until the
+connection resumes the call (:meth:`ServerCall.resume_refunds`).
 
 Sending goes through the connection (:class:`CallLink`), which honours flow control and
 the bound on queued output.  If the stream is gone (the client reset it, the connection
@@ -19,15 +22,17 @@ closed) a send raises :class:`CallGone`, which the connection's call runner swal
 
 from __future__ import annotations
 
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
-from grpclib.const import Handler, Status
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ._service import MessageCodec
 
 __all__ = ["CallGone", "CallLink", "ServerCall"]
+
+_T = TypeVar("_T")
 
 
 class CallGone(Exception):
@@ -46,18 +51,23 @@ class CallLink(Protocol):
     def acknowledge(self, call: ServerCall, length: int) -> None:
         """Hand ``length`` received bytes of the call's stream back to flow control."""
 
+    def buffered(self, call: ServerCall, delta: int) -> None:
+        """The call's buffered request bytes grew (or, negative, shrank) by ``delta``."""
 
-class _Dispatch:
-    """The service layer's per-message hook: the message, unchanged, in a 1-tuple."""
-
-    __slots__ = ()
-
-    async def recv_message(self, message: Any) -> tuple[Any]:
-        return (message,)
+    def may_refund(self, call: ServerCall) -> bool:
+        """Whether bytes that stay buffered may be acknowledged now; if not, the
+        connection calls :meth:`ServerCall.resume_refunds` once they may."""
 
 
-_DISPATCH: Final = _Dispatch()
+class _CutShort(Exception):
+    """The request body ended part-way through a message."""
+
+
 _CUT_SHORT: Final = "failed to decode Protobuf message: the request is cut short"
+_COMPRESSED: Final = (
+    "protocol error: received message with compressed-flag but no grpc-encoding was specified"
+)
+_SECOND_MESSAGE: Final = "a unary call takes one request message; the client sent a second"
 
 
 class ServerCall:
@@ -67,8 +77,8 @@ class ServerCall:
         link: the connection.
         stream_id: the HTTP/2 stream.
         metadata: the request's non-pseudo headers, decoded (printable ASCII checked).
-        handler: the route's handler (its request and reply types are used).
         codec: the message codec with the size limit.
+        reply_type: the type :meth:`send_message` takes.
         ended: the request ended with its headers already.
     """
 
@@ -76,12 +86,8 @@ class ServerCall:
         "_arrived",
         "_buffer",
         "_codec",
-        "_dispatch",
         "_link",
-        "_recv_type",
         "_send_type",
-        "_stream",
-        "_taken",
         "_unacked",
         "_wanted",
         "ended",
@@ -99,24 +105,20 @@ class ServerCall:
         link: CallLink,
         stream_id: int,
         metadata: dict[str, str],
-        handler: Handler,
         codec: MessageCodec,
+        reply_type: type[Any],
         *,
         ended: bool,
     ) -> None:
         self._link = link
         self.stream_id = stream_id
+        #: The request's metadata (non-pseudo headers; ``-bin`` keys left out).
         self.metadata = metadata
         self._codec = codec
-        self._dispatch = _DISPATCH
-        self._recv_type = handler.request_type
-        self._send_type = handler.reply_type
-        # The service layer reads the body through ``_stream.recv_data``.
-        self._stream = self
+        self._send_type = reply_type
         self._buffer = bytearray()
         self._unacked = 0
         self._wanted = 0
-        self._taken = 0
         self._arrived: anyio.Event | None = None
         #: The client's side of the stream ended.
         self.ended = ended
@@ -136,13 +138,15 @@ class ServerCall:
         """DATA arrived (synchronous: called by the connection's reader)."""
         padding = flow_controlled_length - len(data)
         if padding:
+            # Never buffered: refunding it gives back only credit spent on nothing held.
             self._link.acknowledge(self, padding)
         if data:
             self._buffer += data
             self._unacked += len(data)
+            self._link.buffered(self, len(data))
             if len(self._buffer) <= self._wanted:
                 # Part of the message being read: let more of it come.
-                self._acknowledge_all()
+                self._refund_buffered()
         if end_stream:
             self.ended = True
         self._wake()
@@ -160,10 +164,19 @@ class ServerCall:
             self.scope.cancel()
         self._wake()
 
+    def resume_refunds(self) -> None:
+        """The connection is under its budgets again: acknowledge the bytes of the message
+        being assembled that were held back."""
+        if self._wanted and len(self._buffer) <= self._wanted:
+            self._refund_buffered()
+
     def release(self) -> int:
-        """The call is over: return the bytes received and never acknowledged."""
+        """The call is over: drop what is buffered; return the bytes received and never
+        acknowledged (for the connection to refund)."""
         unacked, self._unacked = self._unacked, 0
-        self._buffer.clear()
+        if self._buffer:
+            self._link.buffered(self, -len(self._buffer))
+            self._buffer.clear()
         return unacked
 
     def _wake(self) -> None:
@@ -172,68 +185,93 @@ class ServerCall:
             self._arrived = None
             arrived.set()
 
-    def _acknowledge_all(self) -> None:
-        if self._unacked:
+    def _refund_buffered(self) -> None:
+        """Acknowledge what arrived and stays buffered, if the budgets allow it now."""
+        if self._unacked and self._link.may_refund(self):
             unacked, self._unacked = self._unacked, 0
             self._link.acknowledge(self, unacked)
 
-    # ------------------------------------------------------------ the service layer's side
+    async def _wait(self) -> None:
+        arrived = self._arrived = anyio.Event()
+        await arrived.wait()
 
-    async def recv_data(self, size: int) -> bytes:
+    async def _take(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the request body, waiting for them.
 
-        Returns b"" when the body ended before any of it was read.
+        Returns b"" when the body ended before any byte of it arrived (only asked for at a
+        message boundary).
 
         Raises:
-            AssertionError: the body ended part-way (the service layer's "cut short").
+            _CutShort: the body ended with fewer than ``size`` bytes.
         """
         buffer = self._buffer
         if len(buffer) < size:
             self._wanted = size
             try:
                 while len(buffer) < size and not self.ended:
-                    self._acknowledge_all()
-                    arrived = self._arrived = anyio.Event()
-                    await arrived.wait()
+                    self._refund_buffered()
+                    await self._wait()
             finally:
                 self._wanted = 0
             if len(buffer) < size:
-                if not buffer and not self._taken:
+                if not buffer:
                     return b""
-                raise AssertionError(_CUT_SHORT)
+                raise _CutShort
         data = bytes(buffer[:size])
         del buffer[:size]
-        self._taken += size
+        self._link.buffered(self, -size)
+        # Leaving the buffer: refunded whatever the budgets say.
         taken = min(size, self._unacked)
         if taken:
             self._unacked -= taken
             self._link.acknowledge(self, taken)
         return data
 
-    async def recv_message(self) -> Any:
-        """The request message (None if the client sent none), its size checked on its
-        5-byte prefix before it is read.
+    # ------------------------------------------------------------ the service layer's side
+
+    async def read_request(self, message_type: type[_T]) -> _T | None:
+        """The request message, or None if the client sent none.
+
+        Reads the 5-byte gRPC prefix and checks the announced size against the codec's
+        limit before any of the message is buffered; then the message; then waits for the
+        client to end its side, because a unary call carries one message: any byte after
+        it is refused.  Only then is the message decoded, so the handler never acts on a
+        request that turns out to be malformed.
+
+        Args:
+            message_type: the request type (decoded with the codec).
+
+        Returns:
+            The decoded message; None if the body ended without any byte of one.
 
         Raises:
-            GRPCError: OUT_OF_RANGE (over the limit), INTERNAL (compressed, cut short,
+            GRPCError: OUT_OF_RANGE (announced over the limit, with both sizes), INTERNAL
+                (compressed without an encoding, cut short, a second message,
                 undecodable).
+
+        Cancellation: a plain cancellation point (the connection cancels the handler when
+        the stream is reset, the deadline passes or the connection ends); what is still
+        buffered is dropped, and refunded, when the call is released.
         """
         try:
-            prefix = await self.recv_data(5)
+            prefix = await self._take(5)
             if not prefix:
                 return None
             if prefix[0]:
-                raise GRPCError(
-                    Status.INTERNAL,
-                    "protocol error: received message with compressed-flag but no "
-                    "grpc-encoding was specified",
-                )
+                raise GRPCError(Status.INTERNAL, _COMPRESSED)
             size = int.from_bytes(prefix[1:], "big")
             self._codec.check_size(size)
-            data = await self.recv_data(size)
-        except AssertionError:
+            data = await self._take(size) if size else b""
+            if len(data) < size:
+                raise _CutShort
+        except _CutShort:
             raise GRPCError(Status.INTERNAL, _CUT_SHORT) from None
-        return self._codec.decode(data, self._recv_type)
+        while not self._buffer and not self.ended:
+            await self._wait()
+        if self._buffer:
+            raise GRPCError(Status.INTERNAL, _SECOND_MESSAGE)
+        message: _T = self._codec.decode(data, message_type)
+        return message
 
     async def send_message(self, message: Any) -> None:
         """Send the reply message.

@@ -43,6 +43,11 @@ class NetworkLimits:
     goaway_ping_timeout: float = 5.0
     #: After an error GOAWAY (or the final one), how long the peer gets to hang up.
     close_linger: float = 1.0
+    #: Request bytes being assembled on one connection; over it, the connection holds
+    #: back the flow-control credit of what it buffers (``_reqbytes``).
+    max_buffered_request_bytes_per_connection: int = 32 << 20
+    #: The same across the server; over it, new streams are refused too.
+    max_buffered_request_bytes: int = 256 << 20
 
 
 def _seconds(ms: int) -> float:
@@ -62,6 +67,10 @@ def network_limits(section: ServerSection) -> NetworkLimits:
         max_call_seconds=_seconds(section.max_call_duration_ms),
         max_connections=section.max_connections,
         max_connections_per_ip=section.max_connections_per_ip,
+        max_buffered_request_bytes_per_connection=(
+            section.max_buffered_request_bytes_per_connection
+        ),
+        max_buffered_request_bytes=section.max_buffered_request_bytes,
     )
 
 

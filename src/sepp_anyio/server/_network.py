@@ -65,6 +65,7 @@ from ._config import ServerConfig
 from ._engine import Engine
 from ._errors import ConfigError
 from ._netlimits import NetworkLimits, http2_limits, network_limits
+from ._reqbytes import RequestBytes
 from ._served import ServedConnection
 from ._service import HealthService, MessageCodec, QueueService
 from ._store import Store
@@ -211,6 +212,8 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self._limits = limits if limits is not None else http2_limits(section)
         self._net = network if network is not None else network_limits(section)
         self._service = QueueService(engine)
+        # Request bytes being assembled, across all connections.
+        self._request_bytes = RequestBytes(self._net.max_buffered_request_bytes)
         self._bound: tuple[str, int] | None = None
         self._connections: set[ServedConnection] = set()
         self._per_ip: Counter[str] = Counter()
@@ -361,7 +364,13 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
             if self._stopping:
                 return
             connection = ServedConnection(
-                stream, routes=routes, codec=codec, limits=self._limits, net=self._net, peer=ip
+                stream,
+                routes=routes,
+                codec=codec,
+                limits=self._limits,
+                net=self._net,
+                peer=ip,
+                request_bytes=self._request_bytes,
             )
             self._connections.add(connection)
             try:

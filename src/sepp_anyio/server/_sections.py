@@ -160,6 +160,13 @@ class ServerSection:
     http2_max_consecutive_empty_frames: int = _int(10, lo=1)
     #: Entries in one SETTINGS frame.
     http2_max_settings_entries: int = _int(32, lo=1)
+    #: Request bytes being assembled on one connection (received, not yet handed to a
+    #: handler); over it, flow-control credit is held back until some are consumed.  Keep it
+    #: at least ``[limits] max_message_bytes``, or one such message can stall.
+    max_buffered_request_bytes_per_connection: int = _int(32 << 20, lo=1)
+    #: Request bytes being assembled across the server; over it, credit is held back on
+    #: every connection and new streams are refused (REFUSED_STREAM).
+    max_buffered_request_bytes: int = _int(256 << 20, lo=1)
 
     def __post_init__(self) -> None:
         check_fields(self, "server")

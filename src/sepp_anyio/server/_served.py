@@ -20,6 +20,10 @@ one task group per connection:
   The stream is released to the core in the task's ``finally``, once cancellation has
   unwound, so MAX_CONCURRENT_STREAMS counts running handlers.
 
+Request bytes being assembled count against this connection's and the server's budgets
+(:mod:`._reqbytes`): over either, the calls hold back the flow-control credit of what they
+buffer; over the server's, new requests are refused with RST_STREAM REFUSED_STREAM.
+
 The core decides every protocol matter (limits, budgets, errors and their GOAWAYs); this
 module only moves bytes, runs handlers and keeps time.  All core calls happen between
 awaits, on the connection's own event loop, so no locking is needed.
@@ -66,6 +70,7 @@ from sepp_anyio._http2 import (
 from ._call import CallGone, ServerCall
 from ._grpcwire import RESPONSE_HEADERS, metadata_problem, parse_timeout, trailers, trailers_only
 from ._netlimits import NetworkLimits
+from ._reqbytes import ConnectionRequestBytes, RequestBytes
 from ._service import MessageCodec
 
 __all__ = ["ServedConnection"]
@@ -99,6 +104,8 @@ class ServedConnection:
         net: timeouts of the I/O layer.
         peer: the client's address, for logs.
         clock: the monotonic clock (``anyio.current_time``: virtual under trio's MockClock).
+        request_bytes: the server's count of request bytes being assembled (default: one of
+            this connection's own, capped at ``net.max_buffered_request_bytes``).
     """
 
     def __init__(
@@ -111,6 +118,7 @@ class ServedConnection:
         net: NetworkLimits,
         peer: str = "?",
         clock: Callable[[], float] = anyio.current_time,
+        request_bytes: RequestBytes | None = None,
     ) -> None:
         self.h2 = Connection(client_side=False, limits=limits)
         self._stream = stream
@@ -120,6 +128,12 @@ class ServedConnection:
         self.peer = peer
         self._clock = clock
         self._calls: dict[int, ServerCall] = {}
+        if request_bytes is None:
+            request_bytes = RequestBytes(net.max_buffered_request_bytes)
+        #: Request bytes being assembled here (and, as ``.server``, across the server).
+        self.request_bytes = ConnectionRequestBytes(
+            request_bytes, net.max_buffered_request_bytes_per_connection
+        )
         self._wake_writer = anyio.Event()
         self._taken = anyio.Event()  # set (and replaced) each time the writer takes output
         self._windows: dict[int, anyio.Event] = {}
@@ -175,6 +189,7 @@ class ServedConnection:
             self._shutting_down = True
             for call in list(self._calls.values()):
                 call.on_gone()
+            self.request_bytes.close()
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(self._net.close_linger),
@@ -338,6 +353,12 @@ class ServedConnection:
 
     def _on_request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
+        if self.request_bytes.server.over:
+            # Not processed: the client may retry it (elsewhere, or once we have room).
+            h2 = self.h2
+            h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
+            h2.release_stream(stream_id)
+            return
         path = b""
         timeout: bytes | None = None
         metadata: dict[str, str] = {}
@@ -366,7 +387,9 @@ class ServedConnection:
             except ValueError as exc:
                 self._answer_now(stream_id, event.end_stream, Status.INTERNAL, str(exc))
                 return
-        call = ServerCall(self, stream_id, metadata, handler, self._codec, ended=event.end_stream)
+        call = ServerCall(
+            self, stream_id, metadata, self._codec, handler.reply_type, ended=event.end_stream
+        )
         self._calls[stream_id] = call
         self.calls_started += 1
         if len(self._calls) > self.peak_calls:
@@ -429,6 +452,7 @@ class ServedConnection:
         h2 = self.h2
         del self._calls[stream_id]
         unacked = call.release()
+        self.request_bytes.forget(call)
         if not h2.closed:
             if unacked:
                 h2.acknowledge_received_data(unacked, stream_id)
@@ -496,6 +520,15 @@ class ServedConnection:
         if not self.h2.closed:
             self.h2.acknowledge_received_data(length, call.stream_id)
             self._flush()
+
+    def buffered(self, call: ServerCall, delta: int) -> None:
+        if delta > 0:
+            self.request_bytes.add(delta)
+        else:
+            self.request_bytes.remove(-delta)
+
+    def may_refund(self, call: ServerCall) -> bool:
+        return self.request_bytes.may_refund(call)
 
     async def _wait_window(self, stream_id: int) -> None:
         event = self._windows.get(stream_id)

@@ -1,7 +1,10 @@
-"""The grpclib side of the reference server: ``sepp.v1.QueueService`` and ``grpc.health.v1``.
+"""The service layer of the reference server: ``sepp.v1.QueueService`` and ``grpc.health.v1``.
 
-Both classes are grpclib *servables* (they implement ``__mapping__``), built over a running
-:class:`~sepp_anyio.server.Engine`:
+Both classes map their methods' ``:path`` to handlers (``__mapping__``, grpclib's
+:class:`~grpclib.const.Handler` shape), built over a running
+:class:`~sepp_anyio.server.Engine`.  A handler gets the call
+(:class:`~sepp_anyio.server._call.ServerCall`) and uses only its public side: ``metadata``,
+``read_request``, ``send_message`` and ``send_trailing_metadata``.
 
 * :class:`QueueService` authenticates every call from its ``authorization`` metadata (protocol
   §2), hands the decoded request to the engine method of the same RPC and sends the reply.
@@ -20,8 +23,7 @@ health service needs the ``protobuf`` package, which is not a dependency of sepp
 :class:`MessageCodec` is grpclib's protobuf codec plus the server's request-size limit
 (``limits.max_message_bytes``).
 
-Everything here runs on asyncio (grpclib's server is asyncio-only), in the event loop the
-engine runs in.
+Everything here runs in the event loop the engine runs in (asyncio or trio).
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
-from grpclib.server import Stream
 
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire._codec import decode, encode
@@ -43,6 +44,9 @@ from sepp_anyio._wire._codec import decode, encode
 from ._auth import authenticate
 from ._engine import Engine
 from ._errors import EngineError
+
+if TYPE_CHECKING:
+    from ._call import ServerCall
 
 __all__ = [
     "HEALTH_SERVICE",
@@ -85,54 +89,16 @@ _RPCS: Final = (
 )
 
 
-async def _recv_request(stream: Stream[Any, Any]) -> Any:
-    """The request message of a unary call, or None if the client sent none.
-
-    grpclib's ``Stream.recv_message`` buffers a message whole before the codec can look at
-    its size, so a client announcing gigabytes makes the server hold them; and it reports a
-    message cut short or a compressed one with a bare exception.  This reads the gRPC
-    prefix itself: a message over the codec's limit is refused from its announced length,
-    before any of it is buffered, and broken framing is answered as an undecodable request
-    (INTERNAL, as tonic does).
-
-    Raises:
-        GRPCError: OUT_OF_RANGE (too large), INTERNAL (broken framing, undecodable).
-    """
-    h2_stream = stream._stream
-    try:
-        prefix = await h2_stream.recv_data(5)
-        if not prefix:
-            return None
-        if prefix[0]:
-            raise GRPCError(
-                Status.INTERNAL,
-                "protocol error: received message with compressed-flag but no grpc-encoding "
-                "was specified",
-            )
-        size = int.from_bytes(prefix[1:], "big")
-        codec = stream._codec
-        if isinstance(codec, MessageCodec):
-            codec.check_size(size)
-        data = await h2_stream.recv_data(size)
-    except AssertionError:
-        # grpclib's buffer: the stream ended before the announced length.
-        raise GRPCError(
-            Status.INTERNAL, "failed to decode Protobuf message: the request is cut short"
-        ) from None
-    (message,) = await stream._dispatch.recv_message(codec.decode(data, stream._recv_type))
-    return message
-
-
 class MessageCodec(ProtoCodec):
     """grpclib's protobuf codec, refusing requests larger than ``max_message_bytes``.
 
-    QueueService checks the limit on a request's announced length, before reading it
-    (:meth:`check_size`); grpclib's own reading, used by the health service, checks it at
-    decoding, once buffered.  The status and wording follow tonic, which the real
-    server uses: OUT_OF_RANGE "decoded message length too large".  A message that does not
-    parse gives INTERNAL, as in tonic; so does one with a field of the wrong wire type,
-    which betterproto2's own decoder would let through: messages are encoded and decoded
-    by the compiled codecs (``sepp_anyio._wire._codec``), which are strict.
+    The call checks the limit on a request's announced length, before reading it
+    (:meth:`check_size`), and :meth:`decode` checks it again.  The status and wording
+    follow tonic, which the real server uses: OUT_OF_RANGE "decoded message length too
+    large".  A message that does not parse gives INTERNAL, as in tonic; so does one with a
+    field of the wrong wire type, which betterproto2's own decoder would let through:
+    messages are encoded and decoded by the compiled codecs (``sepp_anyio._wire._codec``),
+    which are strict.
     """
 
     def __init__(self, max_message_bytes: int) -> None:
@@ -163,7 +129,7 @@ class MessageCodec(ProtoCodec):
 
 @final
 class QueueService:
-    """``sepp.v1.QueueService`` over an engine, as a grpclib servable.
+    """``sepp.v1.QueueService`` over an engine (``__mapping__``: its handlers by ``:path``).
 
     Args:
         engine: the running engine.  Its live config's ``[auth] api_keys`` are read on every
@@ -172,9 +138,9 @@ class QueueService:
     Each call: authenticate (UNAUTHENTICATED with the protocol's messages), decode, call the
     engine, reply.  Replies (including error statuses) are sent completely before the handler
     returns, so a call counted as finished has nothing left to write.  A call cancelled by
-    grpclib (deadline, client reset, server close) is abandoned; the engine documents what a
-    cancelled RPC leaves behind.  An unexpected exception from the engine is logged and
-    answered with INTERNAL.
+    the connection (deadline, client reset, server close) is abandoned; the engine
+    documents what a cancelled RPC leaves behind.  An unexpected exception from the engine
+    is logged and answered with INTERNAL.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -203,11 +169,11 @@ class QueueService:
             method: Callable[[Any], Awaitable[Any]] = getattr(self._engine, rpc.method)
 
             async def handle(
-                stream: Stream[Any, Any],
+                call: ServerCall,
                 _rpc: _Rpc = rpc,
                 _method: Callable[[Any], Awaitable[Any]] = method,
             ) -> None:
-                await self._call(stream, _rpc, _method)
+                await self._call(call, _rpc, _method)
 
             mapping[f"/{QUEUE_SERVICE}/{rpc.name}"] = Handler(
                 handle, Cardinality.UNARY_UNARY, rpc.request_type, rpc.reply_type
@@ -216,19 +182,19 @@ class QueueService:
 
     async def _call(
         self,
-        stream: Stream[Any, Any],
+        call: ServerCall,
         rpc: _Rpc,
         method: Callable[[Any], Awaitable[Any]],
     ) -> None:
         self._active += 1
         try:
             try:
-                reply = await self._serve(stream, rpc, method)
+                reply = await self._serve(call, rpc, method)
             except GRPCError as exc:
-                await stream.send_trailing_metadata(status=exc.status, status_message=exc.message)
+                await call.send_trailing_metadata(status=exc.status, status_message=exc.message)
                 return
-            await stream.send_message(reply)
-            await stream.send_trailing_metadata()
+            await call.send_message(reply)
+            await call.send_trailing_metadata()
         finally:
             self._active -= 1
             if not self._active and self._idle is not None:
@@ -237,18 +203,16 @@ class QueueService:
 
     async def _serve(
         self,
-        stream: Stream[Any, Any],
+        call: ServerCall,
         rpc: _Rpc,
         method: Callable[[Any], Awaitable[Any]],
     ) -> Any:
-        header = stream.metadata.get("authorization") if stream.metadata is not None else None
+        header = call.metadata.get("authorization")
         try:
             # Before the body is read, like the real server's interceptor: an unauthenticated
             # caller learns nothing about its request's validity.
-            authenticate(
-                header if isinstance(header, str) else None, self._engine.config.auth.api_keys
-            )
-            request = await _recv_request(stream)
+            authenticate(header, self._engine.config.auth.api_keys)
+            request = await call.read_request(rpc.request_type)
             if request is None:
                 raise EngineError(Status.INTERNAL, "missing request message")
             return await method(request)
@@ -381,7 +345,7 @@ class HealthCheckResponse:
 
 @final
 class HealthService:
-    """``grpc.health.v1.Health/Check`` for the queue service, as a grpclib servable.
+    """``grpc.health.v1.Health/Check`` for the queue service (``__mapping__`` as above).
 
     Args:
         engine: the engine whose shutdown, or failing store, turns the status to NOT_SERVING.
@@ -399,15 +363,15 @@ class HealthService:
             )
         }
 
-    async def _check(self, stream: Stream[Any, Any]) -> None:
+    async def _check(self, call: ServerCall) -> None:
         try:
-            request = await stream.recv_message()
+            request = await call.read_request(HealthCheckRequest)
         except GRPCError as exc:
-            await stream.send_trailing_metadata(status=exc.status, status_message=exc.message)
+            await call.send_trailing_metadata(status=exc.status, status_message=exc.message)
             return
         service = request.service if request is not None else ""
         if service not in self.SERVICES:
-            await stream.send_trailing_metadata(
+            await call.send_trailing_metadata(
                 status=Status.NOT_FOUND, status_message=f"unknown service {service!r}"
             )
             return
@@ -415,5 +379,5 @@ class HealthService:
         # of rotation (or restart it); SERVING again once it has recovered by itself.
         failing = self._engine.shutting_down or self._engine.storage_failed
         status = _NOT_SERVING if failing else _SERVING
-        await stream.send_message(HealthCheckResponse(status))
-        await stream.send_trailing_metadata()
+        await call.send_message(HealthCheckResponse(status))
+        await call.send_trailing_metadata()
