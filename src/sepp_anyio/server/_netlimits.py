@@ -44,6 +44,16 @@ class NetworkLimits:
     #: After an error GOAWAY (or the final one), how long the peer gets to hang up.
     close_linger: float = 1.0
 
+    # Connection lifetime.
+    #: Age at which a connection gets a graceful GOAWAY (jittered per connection by
+    #: ``max_connection_age_jitter``); 0: never.
+    max_connection_age: float = 3600.0
+    #: Calls still running this long after the age GOAWAY are cancelled; 0: no bound.
+    max_connection_age_grace: float = 360.0
+    #: The age is drawn from ``max_connection_age * (1 +- jitter)`` for each connection,
+    #: so that a fleet of clients connected at once does not reconnect at once.
+    max_connection_age_jitter: float = 0.1
+
 
 def _seconds(ms: int) -> float:
     return ms / 1000.0
@@ -62,6 +72,8 @@ def network_limits(section: ServerSection) -> NetworkLimits:
         max_call_seconds=_seconds(section.max_call_duration_ms),
         max_connections=section.max_connections,
         max_connections_per_ip=section.max_connections_per_ip,
+        max_connection_age=_seconds(section.max_connection_age_ms),
+        max_connection_age_grace=_seconds(section.max_connection_age_grace_ms),
     )
 
 

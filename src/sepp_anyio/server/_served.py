@@ -15,6 +15,9 @@ one task group per connection:
 * the **watchdog** enforces the handshake timeout (preface and first SETTINGS, then our
   SETTINGS acknowledged), the idle timeout (no call for ``idle_timeout``: GOAWAY), and
   dead-peer detection (a PING after ``ping_after`` of silence, closed without its ACK);
+* the **age watch** gives a connection older than its :attr:`ServedConnection.max_age`
+  the graceful shutdown sequence below, and closes it (cancelling its calls)
+  ``max_connection_age_grace`` later if calls are still running;
 * one task per call, with its own cancel scope: the deadline (``grpc-timeout``, at most
   ``max_call_seconds``), a reset from the client, or the connection's end cancel it.
   The stream is released to the core in the task's ``finally``, once cancellation has
@@ -35,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
@@ -135,6 +139,9 @@ class ServedConnection:
         self._shutdown_pending = False
         self._reading_done = False
         self._reader_scope = anyio.CancelScope()
+        #: Seconds after which this connection gets its age GOAWAY (``max_connection_age``
+        #: with this connection's jitter), or None if ages are not enforced.
+        self.max_age = _draw_age(net)
         #: The reason the connection ended early (logged at debug), if it did.
         self.ended_by: str | None = None
         #: Set once :meth:`run` has returned.
@@ -165,6 +172,8 @@ class ServedConnection:
                 self._tg = tg
                 tg.start_soon(self._write_loop)
                 tg.start_soon(self._watchdog)
+                if self.max_age is not None:
+                    tg.start_soon(self._age_watch, now + self.max_age)
                 if self._shutdown_pending:
                     self.begin_shutdown()
                 await self._read_loop()
@@ -603,6 +612,32 @@ class ServedConnection:
                 self._stop_reading()
                 return
 
+    async def _age_watch(self, deadline: float) -> None:
+        """At ``deadline``, the graceful two-GOAWAY sequence (as on shutdown): calls in
+        progress go on, the client takes new ones to a new connection.  Calls still
+        running ``max_connection_age_grace`` later are cancelled and the connection
+        closed (a final GOAWAY).  Nothing happens if the connection is closing already."""
+        await anyio.sleep_until(deadline)
+        if self._shutting_down or self.h2.closed or self._reading_done:
+            return
+        self.ended_by = "max connection age"
+        logger.debug("connection from %s: max age reached, sending GOAWAY", self.peer)
+        self.begin_shutdown()
+        grace = self._net.max_connection_age_grace
+        if not grace:
+            return
+        await anyio.sleep(grace)
+        if self._calls:
+            logger.debug(
+                "connection from %s: %d call(s) still running %g s after its age GOAWAY; "
+                "cancelling them",
+                self.peer,
+                len(self._calls),
+                grace,
+            )
+            self.ended_by = "max connection age grace over"
+            self.close(self.ended_by)
+
     async def _keepalive(self) -> None:
         net = self._net
         while True:
@@ -619,3 +654,13 @@ class ServedConnection:
             if not acked.is_set():
                 self.close("keepalive PING not answered")
                 return
+
+
+def _draw_age(net: NetworkLimits) -> float | None:
+    """This connection's age limit: ``max_connection_age`` times a factor drawn uniformly
+    from ``1 +- max_connection_age_jitter`` (None when ages are not enforced)."""
+    if not net.max_connection_age:
+        return None
+    jitter = net.max_connection_age_jitter
+    # Not a secret: the spread only keeps a fleet from reconnecting at the same moment.
+    return net.max_connection_age * random.uniform(1.0 - jitter, 1.0 + jitter)
