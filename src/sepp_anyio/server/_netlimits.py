@@ -31,7 +31,7 @@ class NetworkLimits:
     #: Nothing read this long: we PING; no ACK within ``ping_timeout``: close.
     ping_after: float = 60.0
     ping_timeout: float = 20.0
-    #: Output pending and none of it written for this long: close.
+    #: Output pending and no progress writing it (a 64 KiB piece) for this long: close.
     write_timeout: float = 30.0
     #: The longest a call may run (its grpc-timeout is clamped to this).
     max_call_seconds: float = 600.0

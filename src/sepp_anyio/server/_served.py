@@ -10,8 +10,8 @@ one task group per connection:
   (``Connection.should_pause_reading``), so a client that sends and never reads cannot make
   replies pile up; and it takes a checkpoint after each chunk, so one busy connection
   cannot starve the others;
-* the **writer** writes whatever the core has queued, and closes the connection when
-  nothing of it could be written for ``write_timeout``;
+* the **writer** writes whatever the core has queued, in pieces of 64 KiB, and closes
+  the connection when a piece could not be written within ``write_timeout``;
 * the **watchdog** enforces the handshake timeout (preface and first SETTINGS, then our
   SETTINGS acknowledged), the idle timeout (no call for ``idle_timeout``: GOAWAY), and
   dead-peer detection (a PING after ``ping_after`` of silence, closed without its ACK);
@@ -80,6 +80,9 @@ logger = logging.getLogger("sepp_anyio.server")
 #: DEADLINE_EXCEEDED once its deadline has passed (running it would race the deadline).
 _MIN_CALL_TIMEOUT: Final = 0.001
 _READ_SIZE: Final = 65536
+#: Output is written in pieces of at most this size; ``write_timeout`` bounds each, so a
+#: client must take this much every ``write_timeout`` (64 KiB per 30 s: about 2 KiB/s).
+_WRITE_PIECE: Final = 65536
 _SHUTDOWN_PING: Final = b"shutdown"
 _KEEPALIVE_PING: Final = b"keepaliv"
 _STREAM_GONE: Final = (StreamClosedError, ConnectionClosedError)
@@ -546,18 +549,24 @@ class ServedConnection:
                     continue
                 await wake.wait()
                 continue
-            with anyio.move_on_after(timeout) as scope:
-                try:
-                    await stream.send(data)
-                except _IO_ERRORS:
-                    self.ended_by = self.ended_by or "the client is gone"
+            # Written in pieces, each with its own timeout: the timeout is about progress
+            # (a slow reader keeps its connection), not about how long all of the queued
+            # output (up to the pause bound, 1 MiB, and a reply) takes to go out.
+            size = len(data)
+            for start in range(0, size, _WRITE_PIECE):
+                piece = data if size <= _WRITE_PIECE else data[start : start + _WRITE_PIECE]
+                with anyio.move_on_after(timeout) as scope:
+                    try:
+                        await stream.send(piece)
+                    except _IO_ERRORS:
+                        self.ended_by = self.ended_by or "the client is gone"
+                        self._abandon()
+                        return
+                if scope.cancelled_caught:
+                    self.ended_by = f"no write progress for {timeout:g} s"
+                    logger.debug("connection from %s: %s", self.peer, self.ended_by)
                     self._abandon()
                     return
-            if scope.cancelled_caught:
-                self.ended_by = f"no write progress for {timeout:g} s"
-                logger.debug("connection from %s: %s", self.peer, self.ended_by)
-                self._abandon()
-                return
 
     def _abandon(self) -> None:
         """The transport is unusable: stop everything now."""
