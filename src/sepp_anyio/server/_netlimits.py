@@ -31,7 +31,7 @@ class NetworkLimits:
     #: Nothing read this long: we PING; no ACK within ``ping_timeout``: close.
     ping_after: float = 60.0
     ping_timeout: float = 20.0
-    #: Output pending and none of it written for this long: close.
+    #: Output pending and no progress writing it (a 64 KiB piece) for this long: close.
     write_timeout: float = 30.0
     #: The longest a call may run (its grpc-timeout is clamped to this).
     max_call_seconds: float = 600.0
@@ -48,6 +48,16 @@ class NetworkLimits:
     max_buffered_request_bytes_per_connection: int = 32 << 20
     #: The same across the server; over it, new streams are refused too.
     max_buffered_request_bytes: int = 256 << 20
+
+    # Connection lifetime.
+    #: Age at which a connection gets a graceful GOAWAY (jittered per connection by
+    #: ``max_connection_age_jitter``); 0: never.
+    max_connection_age: float = 3600.0
+    #: Calls still running this long after the age GOAWAY are cancelled; 0: no bound.
+    max_connection_age_grace: float = 360.0
+    #: The age is drawn from ``max_connection_age * (1 +- jitter)`` for each connection,
+    #: so that a fleet of clients connected at once does not reconnect at once.
+    max_connection_age_jitter: float = 0.1
 
 
 def _seconds(ms: int) -> float:
@@ -71,6 +81,8 @@ def network_limits(section: ServerSection) -> NetworkLimits:
             section.max_buffered_request_bytes_per_connection
         ),
         max_buffered_request_bytes=section.max_buffered_request_bytes,
+        max_connection_age=_seconds(section.max_connection_age_ms),
+        max_connection_age_grace=_seconds(section.max_connection_age_grace_ms),
     )
 
 

@@ -168,6 +168,14 @@ class ServerSection:
     #: every connection and new streams are refused (REFUSED_STREAM).
     max_buffered_request_bytes: int = _int(256 << 20, lo=1)
 
+    # Connection lifetime (``http2-hardening.md`` §6, "Max age").
+    #: A connection this old (give or take 10 %, drawn per connection so that clients do
+    #: not all reconnect at once) gets a graceful GOAWAY; its calls may finish; 0: never.
+    max_connection_age_ms: int = _int(3_600_000)
+    #: Calls still running this long after the age GOAWAY are cancelled and the
+    #: connection closed (the longest Reserve wait, 5 min, plus slack); 0: they may run on.
+    max_connection_age_grace_ms: int = _int(360_000)
+
     def __post_init__(self) -> None:
         check_fields(self, "server")
         if (self.tls_cert_path is None) != (self.tls_key_path is None):

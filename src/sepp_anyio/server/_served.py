@@ -10,11 +10,14 @@ one task group per connection:
   (``Connection.should_pause_reading``), so a client that sends and never reads cannot make
   replies pile up; and it takes a checkpoint after each chunk, so one busy connection
   cannot starve the others;
-* the **writer** writes whatever the core has queued, and closes the connection when
-  nothing of it could be written for ``write_timeout``;
+* the **writer** writes whatever the core has queued, in pieces of 64 KiB, and closes
+  the connection when a piece could not be written within ``write_timeout``;
 * the **watchdog** enforces the handshake timeout (preface and first SETTINGS, then our
   SETTINGS acknowledged), the idle timeout (no call for ``idle_timeout``: GOAWAY), and
   dead-peer detection (a PING after ``ping_after`` of silence, closed without its ACK);
+* the **age watch** gives a connection older than its :attr:`ServedConnection.max_age`
+  the graceful shutdown sequence below, and closes it (cancelling its calls)
+  ``max_connection_age_grace`` later if calls are still running;
 * one task per call, with its own cancel scope: the deadline (``grpc-timeout``, at most
   ``max_call_seconds``), a reset from the client, or the connection's end cancel it.
   The stream is released to the core in the task's ``finally``, once cancellation has
@@ -39,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
@@ -81,6 +85,9 @@ logger = logging.getLogger("sepp_anyio.server")
 #: DEADLINE_EXCEEDED once its deadline has passed (running it would race the deadline).
 _MIN_CALL_TIMEOUT: Final = 0.001
 _READ_SIZE: Final = 65536
+#: Output is written in pieces of at most this size; ``write_timeout`` bounds each, so a
+#: client must take this much every ``write_timeout`` (64 KiB per 30 s: about 2 KiB/s).
+_WRITE_PIECE: Final = 65536
 _SHUTDOWN_PING: Final = b"shutdown"
 _KEEPALIVE_PING: Final = b"keepaliv"
 _STREAM_GONE: Final = (StreamClosedError, ConnectionClosedError)
@@ -149,6 +156,9 @@ class ServedConnection:
         self._shutdown_pending = False
         self._reading_done = False
         self._reader_scope = anyio.CancelScope()
+        #: Seconds after which this connection gets its age GOAWAY (``max_connection_age``
+        #: with this connection's jitter), or None if ages are not enforced.
+        self.max_age = _draw_age(net)
         #: The reason the connection ended early (logged at debug), if it did.
         self.ended_by: str | None = None
         #: Set once :meth:`run` has returned.
@@ -179,6 +189,8 @@ class ServedConnection:
                 self._tg = tg
                 tg.start_soon(self._write_loop)
                 tg.start_soon(self._watchdog)
+                if self.max_age is not None:
+                    tg.start_soon(self._age_watch, now + self.max_age)
                 if self._shutdown_pending:
                     self.begin_shutdown()
                 await self._read_loop()
@@ -570,18 +582,24 @@ class ServedConnection:
                     continue
                 await wake.wait()
                 continue
-            with anyio.move_on_after(timeout) as scope:
-                try:
-                    await stream.send(data)
-                except _IO_ERRORS:
-                    self.ended_by = self.ended_by or "the client is gone"
+            # Written in pieces, each with its own timeout: the timeout is about progress
+            # (a slow reader keeps its connection), not about how long all of the queued
+            # output (up to the pause bound, 1 MiB, and a reply) takes to go out.
+            size = len(data)
+            for start in range(0, size, _WRITE_PIECE):
+                piece = data if size <= _WRITE_PIECE else data[start : start + _WRITE_PIECE]
+                with anyio.move_on_after(timeout) as scope:
+                    try:
+                        await stream.send(piece)
+                    except _IO_ERRORS:
+                        self.ended_by = self.ended_by or "the client is gone"
+                        self._abandon()
+                        return
+                if scope.cancelled_caught:
+                    self.ended_by = f"no write progress for {timeout:g} s"
+                    logger.debug("connection from %s: %s", self.peer, self.ended_by)
                     self._abandon()
                     return
-            if scope.cancelled_caught:
-                self.ended_by = f"no write progress for {timeout:g} s"
-                logger.debug("connection from %s: %s", self.peer, self.ended_by)
-                self._abandon()
-                return
 
     def _abandon(self) -> None:
         """The transport is unusable: stop everything now."""
@@ -636,6 +654,32 @@ class ServedConnection:
                 self._stop_reading()
                 return
 
+    async def _age_watch(self, deadline: float) -> None:
+        """At ``deadline``, the graceful two-GOAWAY sequence (as on shutdown): calls in
+        progress go on, the client takes new ones to a new connection.  Calls still
+        running ``max_connection_age_grace`` later are cancelled and the connection
+        closed (a final GOAWAY).  Nothing happens if the connection is closing already."""
+        await anyio.sleep_until(deadline)
+        if self._shutting_down or self.h2.closed or self._reading_done:
+            return
+        self.ended_by = "max connection age"
+        logger.debug("connection from %s: max age reached, sending GOAWAY", self.peer)
+        self.begin_shutdown()
+        grace = self._net.max_connection_age_grace
+        if not grace:
+            return
+        await anyio.sleep(grace)
+        if self._calls:
+            logger.debug(
+                "connection from %s: %d call(s) still running %g s after its age GOAWAY; "
+                "cancelling them",
+                self.peer,
+                len(self._calls),
+                grace,
+            )
+            self.ended_by = "max connection age grace over"
+            self.close(self.ended_by)
+
     async def _keepalive(self) -> None:
         net = self._net
         while True:
@@ -652,3 +696,13 @@ class ServedConnection:
             if not acked.is_set():
                 self.close("keepalive PING not answered")
                 return
+
+
+def _draw_age(net: NetworkLimits) -> float | None:
+    """This connection's age limit: ``max_connection_age`` times a factor drawn uniformly
+    from ``1 +- max_connection_age_jitter`` (None when ages are not enforced)."""
+    if not net.max_connection_age:
+        return None
+    jitter = net.max_connection_age_jitter
+    # Not a secret: the spread only keeps a fleet from reconnecting at the same moment.
+    return net.max_connection_age * random.uniform(1.0 - jitter, 1.0 + jitter)
