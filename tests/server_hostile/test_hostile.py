@@ -20,6 +20,7 @@ from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PingFrame, Rs
 
 from sepp_anyio.server import Engine, NetworkServer
 from tests.http2._support import Peer, raw
+from tests.reliability._wait import eventually
 
 from ._harness import (
     CANARY_MAX_LATENCY,
@@ -440,3 +441,33 @@ async def test_graceful_shutdown_sends_two_goaways_and_serves_the_streams_betwee
                 ):
                     assert await attacker.read(1.0)
             assert any(isinstance(f, DataFrame) and f.stream_id == 1 for f in attacker.frames)
+
+
+# --------------------------------------------------------------------------- many connections
+
+
+async def test_thousands_of_idle_connections_do_not_starve_the_canary() -> None:
+    """2,000 connections that finish the handshake and then say nothing (caps raised so
+    that all are admitted): each is served (its SETTINGS acknowledged), the canary's calls
+    stay within ``CANARY_MAX_LATENCY``, and closing them all leaves the server with none.
+    The caps themselves and the idle timeout that reaps such connections have their own
+    tests (``test_connections_per_ip``, ``test_total_connections_pause_accepting``,
+    ``test_timeouts_virtual.py``)."""
+    count = 2000
+    settings = {"max_connections": count + 10, "max_connections_per_ip": count + 10}
+    async with hostile_server(**settings) as server:
+        async with contextlib.AsyncExitStack() as stack:
+            attackers = [
+                await stack.enter_async_context(Attacker.connect(server.port)) for _ in range(count)
+            ]
+            await eventually(
+                lambda: len(server.connections) >= count, within=30, what="every connection"
+            )
+            assert await canary(server.address, calls=5) < CANARY_MAX_LATENCY
+            # Every one of them was served: the server's SETTINGS arrived on each.
+            with anyio.fail_after(30):
+                for attacker in attackers:
+                    while not attacker.frames and await attacker.read(1.0):
+                        pass
+            assert all(attacker.frames and not attacker.eof for attacker in attackers)
+        await eventually(lambda: not server.connections, within=30, what="every close")
