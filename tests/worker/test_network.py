@@ -197,12 +197,15 @@ async def test_jobs_are_processed_with_leases_extended_over_the_network(
     done = anyio.Event()
     attempts: list[int] = []
     async with sepp_anyio.connect(server_address) as client:
-        worker = Worker(client, [queue], lease=0.3, auto_extend=True, max_in_flight=8, wait=5.0)
+        # The lease is short, but not so short that an ack delayed by a loaded machine
+        # (every job's ack goes out at once, with the lease's last third left, here
+        # 0.33 s) finds it expired: with 0.3 s (0.2 s left) it failed once in five full runs.
+        worker = Worker(client, [queue], lease=1.0, auto_extend=True, max_in_flight=8, wait=5.0)
 
         @worker.handler("t")
         async def slow(payload: Payload | None, ctx: JobCtx) -> None:
             attempts.append(ctx.attempt)
-            await anyio.sleep(0.8)  # well past the 0.3 s lease
+            await anyio.sleep(2.5)  # well past the 1 s lease: extended at least twice
             if len(attempts) == 8:
                 done.set()
 
