@@ -197,20 +197,21 @@ async def test_jobs_are_processed_with_leases_extended_over_the_network(
     done = anyio.Event()
     attempts: list[int] = []
     async with sepp_anyio.connect(server_address) as client:
-        # The lease is short, but not so short that an ack delayed by a loaded machine
-        # (every job's ack goes out at once, with the lease's last third left, here
-        # 0.33 s) finds it expired: with 0.3 s (0.2 s left) it failed once in five full runs.
-        worker = Worker(client, [queue], lease=1.0, auto_extend=True, max_in_flight=8, wait=5.0)
+        # The lease is short, but with room for a loaded machine: the first extension goes
+        # out a third of the way in (1 s here), so a stall of up to 2 s of the client's loop
+        # or the server process is survived. (With a 1 s lease, a stall of 0.67 s lost all
+        # eight leases once on CI; with 0.3 s, an ack's 0.2 s slack failed once in five runs.)
+        worker = Worker(client, [queue], lease=3.0, auto_extend=True, max_in_flight=8, wait=5.0)
 
         @worker.handler("t")
         async def slow(payload: Payload | None, ctx: JobCtx) -> None:
             attempts.append(ctx.attempt)
-            await anyio.sleep(2.5)  # well past the 1 s lease: extended at least twice
+            await anyio.sleep(4.0)  # past the 3 s lease: it lives only if extended
             if len(attempts) == 8:
                 done.set()
 
         await client.enqueue_batch([EnqueueRequest(queue, "t") for _ in range(8)])
-        with anyio.fail_after(15):
+        with anyio.fail_after(20):
             async with worker:
                 await done.wait()
         stats = worker.statistics()
