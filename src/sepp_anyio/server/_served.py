@@ -12,12 +12,13 @@ one task group per connection:
   cannot starve the others;
 * the **writer** writes whatever the core has queued, in pieces of 64 KiB, and closes
   the connection when a piece could not be written within ``write_timeout``;
-* the **watchdog** enforces the handshake timeout (preface and first SETTINGS, then our
-  SETTINGS acknowledged), the idle timeout (no call for ``idle_timeout``: GOAWAY), and
-  dead-peer detection (a PING after ``ping_after`` of silence, closed without its ACK);
-* the **age watch** gives a connection older than its :attr:`ServedConnection.max_age`
-  the graceful shutdown sequence below, and closes it (cancelling its calls)
-  ``max_connection_age_grace`` later if calls are still running;
+* the **watchdog** keeps every timer of the connection, in one task (a task per timer
+  would cost each idle connection kilobytes more, and a server holds thousands): the
+  handshake timeout (preface and first SETTINGS, then our SETTINGS acknowledged), the idle
+  timeout (no call for ``idle_timeout``: GOAWAY), dead-peer detection (a PING after
+  ``ping_after`` of silence, closed without its ACK), and the connection's age: past its
+  :attr:`ServedConnection.max_age` it gets the graceful shutdown sequence below, and is
+  closed (cancelling its calls) ``max_connection_age_grace`` later if calls still run;
 * one task per call, with its own cancel scope: the deadline (``grpc-timeout``, at most
   ``max_call_seconds``), a reset from the client, or the connection's end cancel it.
   The stream is released to the core in the task's ``finally``, once cancellation has
@@ -141,14 +142,20 @@ class ServedConnection:
         self.request_bytes = ConnectionRequestBytes(
             request_bytes, net.max_buffered_request_bytes_per_connection
         )
-        self._wake_writer = anyio.Event()
-        self._taken = anyio.Event()  # set (and replaced) each time the writer takes output
+        # The events are made by whoever waits and dropped by whoever sets them: most
+        # connections never wait for most of them, and an event costs about half a KiB.
+        #: Set when output is queued, while the writer waits for some.
+        self._wake_writer: anyio.Event | None = None
+        #: Set (and dropped) each time the writer takes the queued output.
+        self._taken: anyio.Event | None = None
         self._windows: dict[int, anyio.Event] = {}
-        self._activity = anyio.Event()  # set (and replaced) when calls start or end
-        self._handshake = anyio.Event()
-        self._settings_acked = anyio.Event()
-        self._ping_acked = anyio.Event()
-        self._shutdown_acked = anyio.Event()
+        #: Set (and dropped) when something a timer or the shutdown sequence waits for
+        #: happens: the handshake, our SETTINGS acknowledged, a PING ACK, a call's start
+        #: or end.
+        self._wake: anyio.Event | None = None
+        self._handshaken = False
+        self._keepalive_outstanding = False
+        self._shutdown_acked = False
         self._idle_since: float | None = None
         self._last_read = 0.0
         self._tg: anyio.abc.TaskGroup | None = None
@@ -188,9 +195,7 @@ class ServedConnection:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._write_loop)
-                tg.start_soon(self._watchdog)
-                if self.max_age is not None:
-                    tg.start_soon(self._age_watch, now + self.max_age)
+                tg.start_soon(self._watchdog, now)
                 if self._shutdown_pending:
                     self.begin_shutdown()
                 await self._read_loop()
@@ -245,12 +250,13 @@ class ServedConnection:
 
     async def _shutdown_sequence(self) -> None:
         with anyio.move_on_after(self._net.goaway_ping_timeout):
-            await self._shutdown_acked.wait()
+            while not self._shutdown_acked:
+                await self._next_wake()
         if not self.h2.closed:
             self.h2.send_goaway(ErrorCode.NO_ERROR)
             self._flush()
         while self._calls:
-            await self._next_activity()
+            await self._next_wake()
         self._flush()
         self._stop_reading()
 
@@ -344,14 +350,15 @@ class ServedConnection:
             elif kind is PingAcknowledged:
                 assert isinstance(event, PingAcknowledged)
                 if event.data == _SHUTDOWN_PING:
-                    self._shutdown_acked.set()
+                    self._shutdown_acked = True
                 else:
-                    self._ping_acked.set()
+                    self._keepalive_outstanding = False
+                self._notify()
             elif kind is RemoteSettingsChanged:
-                self._handshake.set()
+                self._handshake_done()
                 self._wake_windows(None)
             elif kind is SettingsAcknowledged:
-                self._settings_acked.set()
+                self._notify()
             elif kind is ConnectionTerminated:
                 assert isinstance(event, ConnectionTerminated)
                 self.ended_by = f"{ErrorCode(event.error_code).name}: {event.reason}"
@@ -359,7 +366,12 @@ class ServedConnection:
                 for call in list(self._calls.values()):
                     call.on_gone()
         if self.h2.handshake_complete:
-            self._handshake.set()
+            self._handshake_done()
+
+    def _handshake_done(self) -> None:
+        if not self._handshaken:
+            self._handshaken = True
+            self._notify()
 
     # ------------------------------------------------------------ calls
 
@@ -406,8 +418,9 @@ class ServedConnection:
         self.calls_started += 1
         if len(self._calls) > self.peak_calls:
             self.peak_calls = len(self._calls)
+        # Nobody is woken: the watchdog sees that the connection is busy when its idle
+        # deadline comes; only the last call's end matters (below).
         self._idle_since = None
-        self._activity.set()
         assert self._tg is not None
         self._tg.start_soon(self._run_call, call, handler, seconds)
 
@@ -479,11 +492,19 @@ class ServedConnection:
         self._flush()
         if not self._calls:
             self._idle_since = self._clock()
-        self._activity.set()
+            self._notify()
 
-    async def _next_activity(self) -> None:
-        event = self._activity = anyio.Event()
-        await event.wait()
+    def _notify(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    async def _next_wake(self) -> None:
+        """Wait for the next :meth:`_notify` (any number of tasks may wait at once)."""
+        if self._wake is None:
+            self._wake = anyio.Event()
+        await self._wake.wait()
 
     # The CallLink interface ----------------------------------------------------
 
@@ -562,10 +583,12 @@ class ServedConnection:
     # ------------------------------------------------------------ writing
 
     def _flush(self) -> None:
-        if self.h2.pending_output_bytes:
+        if self._wake_writer is not None and self.h2.pending_output_bytes:
             self._wake_writer.set()
 
     async def _wait_taken(self) -> None:
+        if self._taken is None:
+            self._taken = anyio.Event()
         await self._taken.wait()
 
     async def _write_loop(self) -> None:
@@ -574,8 +597,10 @@ class ServedConnection:
         timeout = self._net.write_timeout or math.inf
         while True:
             data = h2.data_to_send()
-            taken, self._taken = self._taken, anyio.Event()
-            taken.set()
+            taken = self._taken
+            if taken is not None:
+                self._taken = None
+                taken.set()
             if not data:
                 wake = self._wake_writer = anyio.Event()
                 if h2.pending_output_bytes:
@@ -612,90 +637,87 @@ class ServedConnection:
 
     # ------------------------------------------------------------ timers
 
-    async def _watchdog(self) -> None:
+    async def _watchdog(self, start: float) -> None:
+        """Every timer of the connection (see the module docstring), as one loop that
+        sleeps until the nearest deadline or the next :meth:`_notify`, then looks at what
+        is due.  Returns once one of them has ended the connection (or cancelled)."""
         net = self._net
-        start = self._clock()
-        with anyio.CancelScope(deadline=start + net.handshake_timeout):
-            await self._handshake.wait()
-        if not self._handshake.is_set():
-            self.close("no HTTP/2 preface and SETTINGS in time")
-            return
-        if not self.h2.settings_acknowledged:
-            with anyio.CancelScope(deadline=start + net.settings_ack_timeout):
-                await self._settings_acked.wait()
-            if not self.h2.settings_acknowledged:
-                if not self.h2.closed:
-                    self.h2.close(ErrorCode.SETTINGS_TIMEOUT, b"SETTINGS not acknowledged")
-                self.close("SETTINGS not acknowledged in time")
-                return
-        async with anyio.create_task_group() as tg:
-            if net.ping_after:
-                tg.start_soon(self._keepalive)
-            if net.idle_timeout:
-                await self._idle_watch()
-                tg.cancel_scope.cancel()
-
-    async def _idle_watch(self) -> None:
-        idle = self._net.idle_timeout
+        handshake_by = start + net.handshake_timeout
+        settings_by = start + net.settings_ack_timeout
+        age_at = math.inf if self.max_age is None else start + self.max_age
+        grace_at = math.inf  # when calls still running after the age GOAWAY are cancelled
+        ping_due = math.inf  # when the keepalive PING in flight must have been answered
         while True:
-            since = self._idle_since
-            if since is None or self._shutting_down:
-                await self._next_activity()
-                continue
-            event = self._activity = anyio.Event()
-            with anyio.CancelScope(deadline=since + idle):
-                await event.wait()
-            since = self._idle_since
-            if since is not None and self._clock() >= since + idle and not self._shutting_down:
-                self.ended_by = "idle"
-                if not self.h2.closed:
-                    self.h2.send_goaway(ErrorCode.NO_ERROR, debug_data=b"idle")
-                self._flush()
-                self._stop_reading()
-                return
+            now = self._clock()
+            if now >= age_at:
+                age_at = math.inf
+                if not (self._shutting_down or self.h2.closed or self._reading_done):
+                    self._age_reached()
+                    if net.max_connection_age_grace:
+                        grace_at = now + net.max_connection_age_grace
+            if now >= grace_at:
+                grace_at = math.inf
+                if self._calls:
+                    logger.debug(
+                        "connection from %s: %d call(s) still running %g s after its age "
+                        "GOAWAY; cancelling them",
+                        self.peer,
+                        len(self._calls),
+                        net.max_connection_age_grace,
+                    )
+                    self.ended_by = "max connection age grace over"
+                    self.close(self.ended_by)
+                    return
+            deadlines = [age_at, grace_at]
+            if not self._handshaken:
+                if now >= handshake_by:
+                    self.close("no HTTP/2 preface and SETTINGS in time")
+                    return
+                deadlines.append(handshake_by)
+            elif not self.h2.settings_acknowledged:
+                if now >= settings_by:
+                    if not self.h2.closed:
+                        self.h2.close(ErrorCode.SETTINGS_TIMEOUT, b"SETTINGS not acknowledged")
+                    self.close("SETTINGS not acknowledged in time")
+                    return
+                deadlines.append(settings_by)
+            else:
+                since = self._idle_since
+                if net.idle_timeout and since is not None and not self._shutting_down:
+                    if now >= since + net.idle_timeout:
+                        self._idle_reached()
+                        return
+                    deadlines.append(since + net.idle_timeout)
+                if net.ping_after and not self.h2.closed:
+                    if self._keepalive_outstanding:
+                        if now >= ping_due:
+                            self.close("keepalive PING not answered")
+                            return
+                        deadlines.append(ping_due)
+                    elif now >= self._last_read + net.ping_after:
+                        self._keepalive_outstanding = True
+                        self.h2.send_ping(_KEEPALIVE_PING)
+                        self._flush()
+                        ping_due = now + net.ping_timeout
+                        deadlines.append(ping_due)
+                    else:
+                        deadlines.append(self._last_read + net.ping_after)
+            with anyio.CancelScope(deadline=min(deadlines)):
+                await self._next_wake()
 
-    async def _age_watch(self, deadline: float) -> None:
-        """At ``deadline``, the graceful two-GOAWAY sequence (as on shutdown): calls in
-        progress go on, the client takes new ones to a new connection.  Calls still
-        running ``max_connection_age_grace`` later are cancelled and the connection
-        closed (a final GOAWAY).  Nothing happens if the connection is closing already."""
-        await anyio.sleep_until(deadline)
-        if self._shutting_down or self.h2.closed or self._reading_done:
-            return
+    def _age_reached(self) -> None:
+        """The graceful two-GOAWAY sequence (as on shutdown): calls in progress go on, the
+        client takes new ones to a new connection."""
         self.ended_by = "max connection age"
         logger.debug("connection from %s: max age reached, sending GOAWAY", self.peer)
         self.begin_shutdown()
-        grace = self._net.max_connection_age_grace
-        if not grace:
-            return
-        await anyio.sleep(grace)
-        if self._calls:
-            logger.debug(
-                "connection from %s: %d call(s) still running %g s after its age GOAWAY; "
-                "cancelling them",
-                self.peer,
-                len(self._calls),
-                grace,
-            )
-            self.ended_by = "max connection age grace over"
-            self.close(self.ended_by)
 
-    async def _keepalive(self) -> None:
-        net = self._net
-        while True:
-            await anyio.sleep_until(self._last_read + net.ping_after)
-            if self._clock() < self._last_read + net.ping_after:
-                continue
-            if self.h2.closed:
-                return
-            acked = self._ping_acked = anyio.Event()
-            self.h2.send_ping(_KEEPALIVE_PING)
-            self._flush()
-            with anyio.move_on_after(net.ping_timeout):
-                await acked.wait()
-            if not acked.is_set():
-                self.close("keepalive PING not answered")
-                return
+    def _idle_reached(self) -> None:
+        self.ended_by = "idle"
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR, debug_data=b"idle")
+        self._flush()
+        self._stop_reading()
 
 
 def _draw_age(net: NetworkLimits) -> float | None:
