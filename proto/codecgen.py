@@ -223,9 +223,19 @@ class _Compiler:
         self.src.add(indent + 1, f"buf += _varint({length})")
 
     def _encode_value(
-        self, indent: int, number: int, proto_type: str, unwrap: Any, value: str
+        self,
+        indent: int,
+        number: int,
+        proto_type: str,
+        unwrap: Any,
+        value: str,
+        value_cls: Any = None,
     ) -> None:
-        """Append field ``number`` holding ``value`` to ``buf`` (no default check)."""
+        """Append field ``number`` holding ``value`` to ``buf`` (no default check).
+
+        An embedded message of a compiled class ``value_cls`` is encoded by that class's
+        own compiled encoder, called directly (``bytes(value)`` would be betterproto2's
+        run-time walk: a reserve reply's jobs spent most of their encoding time there)."""
         add = self.src.add
         tag = self.src.ref(_tag_bytes(number, _wire_type(proto_type)), "tag")
         add(indent, f"buf += {tag}")
@@ -250,7 +260,10 @@ class _Compiler:
             add(indent, f"buf += {pack}({value})")
         elif proto_type == betterproto2.TYPE_MESSAGE:
             if unwrap is None:
-                add(indent, f"b = bytes({value})")
+                if value_cls in self.names:
+                    add(indent, f"b = _encode_{self.names[value_cls]}({value})")
+                else:
+                    add(indent, f"b = bytes({value})")
             else:
                 wrapper = unwrap()
                 if wrapper is self._timestamp:
@@ -259,7 +272,11 @@ class _Compiler:
                     add(indent, f"b = {self._encoded_pair('_duration_fields', value)}")
                 else:
                     ref = self.src.ref(wrapper, "wrapper")
-                    add(indent, f"b = bytes({ref}.from_wrapped({value}))")
+                    if wrapper in self.names:
+                        encoder = f"_encode_{self.names[wrapper]}"
+                        add(indent, f"b = {encoder}({ref}.from_wrapped({value}))")
+                    else:
+                        add(indent, f"b = bytes({ref}.from_wrapped({value}))")
             add(indent, "n = len(b)")
             self._encode_length(indent, "n")
             add(indent, "buf += b")
@@ -287,7 +304,14 @@ class _Compiler:
                     raise NotImplementedError(f"{cls.__name__}.{name}: packed repeated field")
                 add(1, "if v:")
                 add(2, "for item in v:")
-                self._encode_value(3, field.number, field.proto_type, field.unwrap, "item")
+                self._encode_value(
+                    3,
+                    field.number,
+                    field.proto_type,
+                    field.unwrap,
+                    "item",
+                    meta.cls_by_field.get(name),
+                )
             elif field.proto_type == betterproto2.TYPE_MAP:
                 key_meta, value_meta = field.map_meta
                 tag = self.src.ref(_tag_bytes(field.number, 2), "tag")
@@ -296,7 +320,14 @@ class _Compiler:
                 add(2, "for key, item in v.items():")
                 add(3, "buf = bytearray()")
                 self._encode_value(3, 1, key_meta.proto_type, None, "key")
-                self._encode_value(3, 2, value_meta.proto_type, value_meta.unwrap, "item")
+                self._encode_value(
+                    3,
+                    2,
+                    value_meta.proto_type,
+                    value_meta.unwrap,
+                    "item",
+                    meta.cls_by_field.get(f"{name}.value"),
+                )
                 add(3, "entry = buf")
                 add(3, "buf = outer")
                 add(3, f"buf += {tag}")
@@ -306,7 +337,14 @@ class _Compiler:
             elif field.optional or field.group or field.proto_type == betterproto2.TYPE_MESSAGE:
                 # Default None: present whenever set, even to a zero value.
                 add(1, "if v is not None:")
-                self._encode_value(2, field.number, field.proto_type, field.unwrap, "v")
+                self._encode_value(
+                    2,
+                    field.number,
+                    field.proto_type,
+                    field.unwrap,
+                    "v",
+                    meta.cls_by_field.get(name),
+                )
             else:
                 # Zero values are skipped; "not v" is "v == default" for every scalar type
                 # (0, 0.0, -0.0, "", b"", False, enum 0) and also skips None, as betterproto2 does.

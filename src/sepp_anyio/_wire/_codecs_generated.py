@@ -565,7 +565,7 @@ def _encode_BatchValidationFailure_5(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_JobValidationError_30(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -825,7 +825,7 @@ def _encode_DeadLetterRecord_9(self: Any) -> bytes:
     v = self.job
     if v is not None:
         buf += b"\n"
-        b = bytes(v)
+        b = _encode_Job_25(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -1037,7 +1037,7 @@ def _encode_DrainDeadLettersResponse_11(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_DeadLetterRecord_9(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -1174,7 +1174,7 @@ def _encode_EnqueueAtomicResponse_13(self: Any) -> bytes:
     v = self.success
     if v is not None:
         buf += b"\n"
-        b = bytes(v)
+        b = _encode_EnqueueAtomicSuccess_14(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -1184,7 +1184,7 @@ def _encode_EnqueueAtomicResponse_13(self: Any) -> bytes:
     v = self.rejection
     if v is not None:
         buf += b"\x12"
-        b = bytes(v)
+        b = _encode_BatchValidationFailure_5(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -1249,7 +1249,7 @@ def _encode_EnqueueAtomicSuccess_14(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_EnqueueResponse_18(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -1304,7 +1304,7 @@ def _encode_EnqueueBatchRequest_15(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_EnqueueRequest_17(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -1359,7 +1359,7 @@ def _encode_EnqueueBatchResponse_16(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_JobResult_27(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -1433,7 +1433,7 @@ def _encode_EnqueueRequest_17(self: Any) -> bytes:
     v = self.payload
     if v is not None:
         buf += b"\x1a"
-        b = bytes(v)
+        b = _encode_Payload_34(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -1467,7 +1467,7 @@ def _encode_EnqueueRequest_17(self: Any) -> bytes:
     v = self.trace_context
     if v is not None:
         buf += b":"
-        b = bytes(v)
+        b = _encode_TraceContext_43(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -1488,7 +1488,7 @@ def _encode_EnqueueRequest_17(self: Any) -> bytes:
                 buf += _varint(n)
             buf += b
             buf += b"\x12"
-            b = bytes(item)
+            b = _encode_PrimitiveValue_36(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -2541,7 +2541,7 @@ def _encode_Job_25(self: Any) -> bytes:
     v = self.payload
     if v is not None:
         buf += b"\x1a"
-        b = bytes(v)
+        b = _encode_Payload_34(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2558,7 +2558,7 @@ def _encode_Job_25(self: Any) -> bytes:
     v = self.trace_context
     if v is not None:
         buf += b"*"
-        b = bytes(v)
+        b = _encode_TraceContext_43(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2613,7 +2613,7 @@ def _encode_Job_25(self: Any) -> bytes:
                 buf += _varint(n)
             buf += b
             buf += b"\x12"
-            b = bytes(item)
+            b = _encode_PrimitiveValue_36(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
@@ -2848,7 +2848,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.unknown_queue
     if v is not None:
         buf += b"\n"
-        b = bytes(v)
+        b = _encode_UnknownQueue_44(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2858,7 +2858,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.payload_too_large
     if v is not None:
         buf += b"\x12"
-        b = bytes(v)
+        b = _encode_PayloadTooLarge_35(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2868,7 +2868,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.encoding_not_allowed
     if v is not None:
         buf += b"\x1a"
-        b = bytes(v)
+        b = _encode_EncodingNotAllowed_12(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2878,7 +2878,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.job_type_not_allowed
     if v is not None:
         buf += b'"'
-        b = bytes(v)
+        b = _encode_JobTypeNotAllowed_29(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2888,7 +2888,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.custom_entries_too_many
     if v is not None:
         buf += b"*"
-        b = bytes(v)
+        b = _encode_CustomEntriesTooMany_6(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2898,7 +2898,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.custom_map_too_large
     if v is not None:
         buf += b"2"
-        b = bytes(v)
+        b = _encode_CustomMapTooLarge_8(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2908,7 +2908,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.custom_key_too_long
     if v is not None:
         buf += b":"
-        b = bytes(v)
+        b = _encode_CustomKeyTooLong_7(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2918,7 +2918,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.queue_name_too_long
     if v is not None:
         buf += b"B"
-        b = bytes(v)
+        b = _encode_QueueNameTooLong_39(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2928,7 +2928,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.job_type_name_too_long
     if v is not None:
         buf += b"J"
-        b = bytes(v)
+        b = _encode_JobTypeNameTooLong_28(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2938,7 +2938,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.idempotency_key_too_long
     if v is not None:
         buf += b"R"
-        b = bytes(v)
+        b = _encode_IdempotencyKeyTooLong_23(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2948,7 +2948,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.scheduled_too_far
     if v is not None:
         buf += b"Z"
-        b = bytes(v)
+        b = _encode_ScheduledTooFar_42(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2958,7 +2958,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.invalid_request
     if v is not None:
         buf += b"b"
-        b = bytes(v)
+        b = _encode_InvalidRequest_24(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2968,7 +2968,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.queue_full
     if v is not None:
         buf += b"j"
-        b = bytes(v)
+        b = _encode_QueueFull_38(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -2978,7 +2978,7 @@ def _encode_JobRejection_26(self: Any) -> bytes:
     v = self.queue_closing
     if v is not None:
         buf += b"r"
-        b = bytes(v)
+        b = _encode_QueueClosing_37(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3202,7 +3202,7 @@ def _encode_JobResult_27(self: Any) -> bytes:
     v = self.success
     if v is not None:
         buf += b"\n"
-        b = bytes(v)
+        b = _encode_EnqueueResponse_18(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3212,7 +3212,7 @@ def _encode_JobResult_27(self: Any) -> bytes:
     v = self.rejection
     if v is not None:
         buf += b"\x12"
-        b = bytes(v)
+        b = _encode_JobRejection_26(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3426,7 +3426,7 @@ def _encode_JobValidationError_30(self: Any) -> bytes:
     v = self.rejection
     if v is not None:
         buf += b"\x12"
-        b = bytes(v)
+        b = _encode_JobRejection_26(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3514,7 +3514,7 @@ def _encode_NackRequest_31(self: Any) -> bytes:
     v = self.retry
     if v is not None:
         buf += b'"'
-        b = bytes(v)
+        b = _encode_NackRetry_33(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3708,7 +3708,7 @@ def _encode_NackRetry_33(self: Any) -> bytes:
     v = self.default
     if v is not None:
         buf += b"\n"
-        b = bytes(v)
+        b = _encode_Empty_1(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -3728,7 +3728,7 @@ def _encode_NackRetry_33(self: Any) -> bytes:
     v = self.dead_letter
     if v is not None:
         buf += b"\x1a"
-        b = bytes(v)
+        b = _encode_Empty_1(v)
         n = len(b)
         if n < 128:
             buf.append(n)
@@ -4392,7 +4392,7 @@ def _encode_ReserveResponse_41(self: Any) -> bytes:
     if v:
         for item in v:
             buf += b"\n"
-            b = bytes(item)
+            b = _encode_Job_25(item)
             n = len(b)
             if n < 128:
                 buf.append(n)
