@@ -140,6 +140,9 @@ def test_dead_letter_replay(server: ServerProcess) -> None:
     assert "no dead letters" in _run("dead_letter_replay.py", server)
 
 
+# About 15 s alone (a pytest run in a subprocess, several servers), but 31-53 s was seen on
+# a loaded machine: the suite's 60 s default is too close.
+@pytest.mark.timeout(300)
 def test_the_example_test_suites_pass(tmp_path: Path) -> None:
     """``examples/test_shop_jobs.py``, and the README's ``test_jobs.py`` (its fixture runs
     it on trio and on asyncio), in one pytest run (each run costs seconds to start)."""
@@ -151,7 +154,7 @@ def test_the_example_test_suites_pass(tmp_path: Path) -> None:
         [*argv, str(EXAMPLES), str(readme_test)],
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=240,
         cwd=tmp_path,
         check=False,
     )
