@@ -117,3 +117,12 @@ def test_proto_matches_the_official_client_descriptor(tmp_path: Path) -> None:
     assert isinstance(closing, tuple)
     assert closing[0] == 14
     assert mine[("DeadLetterCause", "DEAD_LETTER_CAUSE_ADMIN")] == 4
+
+
+def test_embedded_messages_use_the_compiled_encoders() -> None:
+    """Every message class here is compiled, so no encoder falls back to ``bytes(message)``
+    (betterproto2's run-time encoder, which cost the server a quarter of its CPU in the job
+    pipeline when a reserve reply's jobs went through it)."""
+    source = GENERATED_CODECS.read_text()
+    assert "_encode_Job_" in source
+    assert "bytes(" not in source.replace("bytes(buf)", "")
