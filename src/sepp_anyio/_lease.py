@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from ._logcontext import JobLog
 from ._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
 from ._model._job import JobCtx
 
@@ -35,27 +36,28 @@ logger = logging.getLogger("sepp_anyio.worker")
 _MIN_INTERVAL = 0.001
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobRun:
     """The mutable state of one job being processed (internal).
 
     Whoever cancels the job's scope sets a flag first, and the flags, not what the handler
-    does with the cancellation, decide the job's outcome (see ``Worker._handle``): a handler
+    does with the cancellation, decide the job's outcome (see ``Worker._verdict``): a handler
     that swallows the cancellation and returns still cannot ack.
     """
 
     ctx: JobCtx
-    #: The job's scope: the handler and its heartbeat. Cancelled when the lease is lost.
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    #: The handler's own scope inside it, when there is a heartbeat: a shutdown cancels
-    #: only the handler, so the lease stays extended until the handler has returned (one
-    #: that ignores the cancellation must not lose its job to another worker meanwhile,
-    #: and its nack needs the lease). None without a heartbeat: ``scope`` is cancelled.
-    handler_scope: anyio.CancelScope | None = None
+    #: The handler's scope (inside the heartbeat's), its deadline the job's timeout. A
+    #: shutdown cancels only the handler, so the lease stays extended until the handler
+    #: has returned (one that ignores the cancellation must not lose its job to another
+    #: worker meanwhile, and its nack needs the lease).
+    handler_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: The job's scope, the handler's and its heartbeat's, cancelled when the lease is
+    #: lost: the heartbeat's task group's (set as it starts; None without a heartbeat).
+    scope: anyio.CancelScope | None = None
     #: Set before the scope is cancelled because the lease is (or may be) gone.
     lease_lost: bool = False
     lost_reason: str = ""
-    #: Set when the handler ran into ``job_timeout`` (read as its timeout scope ends).
+    #: Set when the handler ran into its timeout (read as the handler's scope ends).
     timed_out: bool = False
     #: Set before the scope is cancelled because the worker is shutting down: why (the
     #: drain timed out, ``cancel_in_flight()`` was called, a second signal), for the nack.
@@ -70,12 +72,21 @@ class JobRun:
     error: BaseException | None = None
     #: The worker's lane the job came from (a ``_lane.LaneRun``; its counters).
     lane: Any = None
+    _log: JobLog | None = field(default=None, init=False, repr=False)
+
+    @property
+    def log(self) -> JobLog:
+        """The job's logger (lines prefixed with its id, type and attempt), made the first
+        time a line is logged: most jobs log nothing above DEBUG."""
+        if self._log is None:
+            self._log = JobLog(logger, self.ctx)
+        return self._log
 
     def lose_lease(self, reason: str) -> None:
         if not self.lease_lost:
             self.lease_lost = True
             self.lost_reason = reason
-        self.scope.cancel()
+        (self.scope or self.handler_scope).cancel()
 
     def stop(self, reason: str) -> bool:
         """Cancel the handler because the worker shuts down; the job is then nacked for
@@ -87,7 +98,7 @@ class JobRun:
         if self.handler_done or self.lease_lost or self.stop_reason is not None:
             return False
         self.stop_reason = reason
-        (self.handler_scope or self.scope).cancel()
+        self.handler_scope.cancel()
         return True
 
 
@@ -103,7 +114,6 @@ async def heartbeat(
     extend: bool,
     max_lease_time: float | None,
     wall_clock: Callable[[], datetime],
-    log: logging.LoggerAdapter[logging.Logger],
     on_extended: Callable[[], None] | None = None,
 ) -> None:
     """Extend ``run``'s lease until cancelled; cancel the job if the lease is lost.
@@ -145,7 +155,7 @@ async def heartbeat(
                 if extend and max_lease_time is not None
                 else "the lease expired"
             )
-            log.error("lease lost (%s); cancelling the handler, not settling the job", reason)
+            run.log.error("lease lost (%s); cancelling the handler, not settling the job", reason)
             run.lose_lease(reason)
             return
         wait = interval if interval is not None else max(left / 3, _MIN_INTERVAL)
@@ -164,7 +174,7 @@ async def heartbeat(
         try:
             expiry = await ctx.extend(lease)
         except (JobNotFoundError, AttemptMismatchError) as exc:
-            log.error(
+            run.log.error(
                 "lease reassigned or gone (%s); cancelling the handler, not settling the job",
                 type(exc).__name__,
             )
@@ -172,13 +182,13 @@ async def heartbeat(
             return
         except SeppError as exc:
             if _seconds_left(ctx.lease_expires_at, wall_clock) <= 0:
-                log.error(
+                run.log.error(
                     "could not extend the lease before it expired (%s); cancelling the handler",
                     exc,
                 )
                 run.lose_lease(f"extend failed after expiry: {exc}")
                 return
-            log.warning("could not extend the lease (%s); retrying before it expires", exc)
+            run.log.warning("could not extend the lease (%s); retrying before it expires", exc)
             if interval is None:
                 # Don't spin: the next try comes after a third of what is left.
                 continue
@@ -186,4 +196,5 @@ async def heartbeat(
             own_expiry = expiry
             if on_extended is not None:
                 on_extended()
-            log.debug("lease extended to %s", expiry.isoformat())
+            if logger.isEnabledFor(logging.DEBUG):
+                run.log.debug("lease extended to %s", expiry.isoformat())

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from ._model._job import JobCtx
 
-__all__ = ["current_job", "install_record_factory", "job_context"]
+__all__ = ["JobLog", "current_job", "enter_job", "install_record_factory", "leave_job"]
 
 _current: contextvars.ContextVar[tuple[JobCtx, str] | None] = contextvars.ContextVar(
     "sepp_anyio_current_job", default=None
@@ -36,23 +37,36 @@ def current_job() -> JobCtx | None:
     return None if value is None else value[0]
 
 
-class job_context:
-    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`).
+def enter_job(ctx: JobCtx, worker_id: str) -> contextvars.Token[tuple[JobCtx, str] | None]:
+    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`) until
+    :func:`leave_job` is given the token returned.
 
-    A small class rather than a generator-based context manager: it is
-    entered once per job.
+    Two functions rather than a context manager: this runs once per job, and a ``with``
+    keeps a bound ``__exit__`` (and the manager) alive for as long as the handler runs.
     """
+    return _current.set((ctx, worker_id))
 
-    __slots__ = ("_token", "_value")
 
-    def __init__(self, ctx: JobCtx, worker_id: str) -> None:
-        self._value = (ctx, worker_id)
+def leave_job(token: contextvars.Token[tuple[JobCtx, str] | None]) -> None:
+    """Undo the :func:`enter_job` that returned ``token`` (in the same task)."""
+    _current.reset(token)
 
-    def __enter__(self) -> None:
-        self._token = _current.set(self._value)
 
-    def __exit__(self, *exc_info: object) -> None:
-        _current.reset(self._token)
+class JobLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every line with the job's id, type and attempt."""
+
+    def __init__(self, logger: logging.Logger, ctx: JobCtx) -> None:
+        super().__init__(logger)
+        self._ctx = ctx
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        ctx = self._ctx
+        return (
+            f"job {ctx.id} ({ctx.job_type}, attempt {ctx.attempt}/{ctx.max_attempts}): {msg}",
+            kwargs,
+        )
 
 
 def install_record_factory() -> None:

@@ -249,21 +249,22 @@ def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator
 
 def process_span(
     trace_context: TraceCarrier | None,
-    attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+    attributes: Callable[..., Mapping[str, Any]],
+    *args: Any,
 ) -> AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` of one job, linked to its producer.
 
     A link rather than a parent: the job may run long after, and many times
     for, the trace that enqueued it. Yields the span (None without OTel);
-    the caller sets its status, since it knows the job's outcome. ``attributes``
-    may be a function that builds them, called only when a span is made.
+    the caller sets its status, since it knows the job's outcome. The span's
+    attributes are ``attributes(*args)``, called only when a span is made (a
+    function and its arguments rather than a closure: nothing is built per job
+    when tracing is off).
     """
     api = _api()
     if api is None or not _tracing(api):
         return _NO_SPAN
-    if callable(attributes):
-        attributes = attributes()
-    return _process_span(api, trace_context, attributes)
+    return _process_span(api, trace_context, attributes(*args))
 
 
 @contextlib.contextmanager

@@ -10,9 +10,10 @@ Shape (the reason this library exists)::
             │     reserve min(max_jobs, free tokens, rate tokens)
             └── one task per job, holding its token until its outcome is decided,
                 then a settle slot (and no token) until the ack or nack is done
-                  └── cancel scope shared by
-                        ├── middleware, then the handler (inside the job's timeout)
-                        └── the heartbeat (extends the lease; cancels the scope if lost)
+                  └── the heartbeat's task group, whose cancel scope is the job's
+                        ├── middleware, then the handler, in the handler's own scope
+                        │   (a shutdown cancels it; its deadline is the job's timeout)
+                        └── the heartbeat (extends the lease; cancels the job if lost)
 
 A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
 one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
@@ -100,7 +101,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
@@ -116,7 +117,7 @@ from ._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
 from ._health._source import DEFAULT_MARGIN
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat
-from ._logcontext import install_record_factory, job_context
+from ._logcontext import enter_job, install_record_factory, leave_job
 from ._middleware import Middleware, call_through, check_middleware
 from ._model._checks import check_count, check_seconds, check_str
 from ._model._error_root import InvalidArgumentError
@@ -167,6 +168,12 @@ _EARLY_EMPTY_PAUSE = 0.25
 # cancellation: long enough for a retrying client, short enough that a dead
 # server can't hold a shutdown hostage.
 _SETTLE_TIMEOUT = 30.0
+# Stands in for the heartbeat's task group when a job has no heartbeat (reusable: a
+# nullcontext keeps no state).
+_NO_HEARTBEAT: contextlib.nullcontext[None] = contextlib.nullcontext()
+# Every job task's name. One shared string: a name made per job (with its id) is one more
+# object alive per job in flight, and a job's log lines already carry its id.
+_JOB_TASK_NAME = "sepp-anyio job"
 _MAX_FAILURE_BACKOFF = 60.0
 # Ceiling of the exponential backoff after a refused reserve (auth, undeclared queue).
 _MAX_REFUSED_BACKOFF = 30.0
@@ -301,18 +308,15 @@ def _boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tu
     return (fn(payload, ctx),)
 
 
-class _JobLog(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes every line with the job's id, type and attempt."""
-
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        assert self.extra is not None
-        ctx: JobCtx = self.extra["ctx"]  # type: ignore[assignment]
-        return (
-            f"job {ctx.id} ({ctx.job_type}, attempt {ctx.attempt}/{ctx.max_attempts}): {msg}",
-            kwargs,
-        )
+def _span_attributes(ctx: JobCtx, worker_id: str) -> dict[str, Any]:
+    """The attributes of a job's CONSUMER span (built only when one is made)."""
+    return {
+        "messaging.destination.name": ctx.queue,
+        "messaging.message.id": ctx.id,
+        "messaging.client.id": worker_id,
+        "sepp.job.type": ctx.job_type,
+        "sepp.job.attempt": ctx.attempt,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -1219,34 +1223,216 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
 
     def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
         run = JobRun(job.ctx, lane=lane)
-        if self._heartbeats:
-            run.handler_scope = anyio.CancelScope()
         self._runs.add(run)
         lane.runs.add(run)
         lane.holding[run] = token
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))
-        tg.start_soon(self._job_task, lane, token, job, run, name=f"sepp job {job.ctx.id}")
+        tg.start_soon(self._job_task, job, run, name=_JOB_TASK_NAME)
 
-    async def _job_task(self, lane: LaneRun, token: object, job: Job, run: JobRun) -> None:
+    async def _job_task(self, job: Job, run: JobRun) -> None:
+        """One job's task, start to end: in its log context and CONSUMER span, the
+        middleware and the handler (in the handler's scope, inside the heartbeat's task
+        group; its deadline is the job's timeout), then the settle and ``on_outcome``; last, the
+        lane's bookkeeping.
+
+        The handler returns: ack; it raises ``HandlerError``: that directive; any other
+        ``Exception``: a nack with backoff; then the flags of whoever cancelled it decide
+        (:meth:`_verdict`). Cancellation from outside (``run()`` cancelled) and
+        non-``Exception`` errors propagate, the job unsettled.
+
+        One coroutine, not a chain of them, because every frame of a chain stays alive for
+        as long as the handler runs: a worker with 10,000 jobs in flight keeps 10,000 of
+        each (``benchmarks/worker.py`` measures that memory). The steps before and after
+        the handler are plain functions, whose frames are gone while it runs.
+        """
+        ctx = job.ctx
+        log_context = enter_job(ctx, self.worker_id)
+        measured = self._job_started(run)
+        outcome: str | None = None  # None until settled (or found lost)
         try:
-            await self._process(job, run)
+            span_of = _otel.process_span(ctx.trace_context, _span_attributes, ctx, self.worker_id)
+            with span_of as span:
+                directive: RetryDirective | None = None  # None: ack
+                reason = ""
+                # A typed task's own timeout wins over job_timeout; it covers the middleware.
+                # It is the deadline of the handler's scope: one scope for the timeout and
+                # a shutdown (cheaper per job than two); the flags tell them apart.
+                limit = self._timeouts.get(ctx.job_type, self._job_timeout)
+                if limit is not None:
+                    run.handler_scope.deadline = anyio.current_time() + limit
+                handler = self._calls.get(ctx.job_type) or self._catch_all_call
+                if handler is None:
+                    directive, reason = self._unhandled(run, span)
+                else:
+                    # Without a heartbeat (nothing to watch) no task group is made.
+                    async with (
+                        anyio.create_task_group() if self._heartbeats else _NO_HEARTBEAT
+                    ) as heartbeats:
+                        if heartbeats is not None:
+                            # Its scope is the job's: a lost lease cancels both.
+                            run.scope = heartbeats.cancel_scope
+                            heartbeats.start_soon(self._heartbeat, run)
+                        scope = run.handler_scope
+                        with scope:
+                            try:
+                                if self._middleware:
+                                    await call_through(self._middleware, handler, job.payload, ctx)
+                                else:
+                                    await handler(job.payload, ctx)
+                            except HandlerError as exc:
+                                run.error = exc
+                                directive, reason = exc.directive, exc.reason
+                            except Exception as exc:
+                                run.error = exc
+                                directive = RetryDirective.after(_failure_backoff(ctx.attempt))
+                                reason = f"handler raised {type(exc).__name__}: {exc}"
+                            finally:
+                                # Read as the handler ends, inside its scope: set if the
+                                # deadline fired, whether the handler let the cancellation
+                                # out or not (a shutdown cancels the same scope, earlier).
+                                run.timed_out = (
+                                    scope.cancel_called and anyio.current_time() >= scope.deadline
+                                )
+                                run.handler_done = True
+                                if heartbeats is not None:
+                                    # The heartbeat lives exactly as long as the handler.
+                                    heartbeats.cancel_scope.cancel()
+                verdict = self._verdict(run, span, directive, reason, limit)
+                outcome = "lease_lost" if verdict is None else await self._settle(run, *verdict)
+                self._job_finished(run, outcome, measured)
+                if self._on_outcome is not None:
+                    await report_outcome(
+                        self._on_outcome, ctx, outcome_of(outcome, run), run.error, run.log
+                    )
         finally:
-            self._runs.discard(run)
-            lane.runs.discard(run)
-            # Still held when the job was not settled (lease lost, or run() cancelled).
-            self._give_token_back(run)
-            if run.settling:
-                lane.settling -= 1
-                assert lane.settles is not None
-                lane.settles.release_on_behalf_of(run)
-            if not self._runs and self._idle is not None:
-                self._idle.set()
-            if self._job_done is not None:
-                self._finished += 1
-                self._job_done.set()
-                self._job_done = anyio.Event()
+            leave_job(log_context)
+            if outcome is None:
+                # run() was cancelled from outside, or something failed that is not an
+                # Exception: nothing was settled, and on_outcome is not called.
+                self._job_finished(run, "cancelled", measured)
+            self._job_ended(run)
+
+    def _heartbeat(self, run: JobRun) -> Coroutine[Any, Any, None]:
+        """``run``'s heartbeat, for its task (a plain function: no frame of its own)."""
+        return heartbeat(
+            run,
+            lease=self._lease,
+            interval=self._interval,
+            extend=self._auto_extend,
+            max_lease_time=self._max_lease_time,
+            wall_clock=self._client._wall_clock,
+            on_extended=self._lane_metrics[run.lane].lease_extended,
+        )
+
+    def _job_started(self, run: JobRun) -> bool:
+        """Count ``run`` in; return whether OTel metrics are on (read once: the +1 and the
+        -1 must go to the same place)."""
+        run.started = anyio.current_time()
+        run.ctx._state = self._state
+        self._lane_metrics[run.lane].job_started()
+        metrics = _otel.metrics()
+        if metrics.enabled:
+            metrics.in_flight.add(1)
+            return True
+        return False
+
+    def _job_finished(self, run: JobRun, outcome: str, measured: bool) -> None:
+        """Count ``run`` out with its ``outcome`` (after its settle)."""
+        job_type = run.ctx.job_type
+        elapsed = anyio.current_time() - run.started
+        self._lane_metrics[run.lane].job_finished(job_type, outcome, elapsed)
+        if measured:
+            metrics = _otel.metrics()
+            metrics.in_flight.add(-1)
+            metrics.duration.record(elapsed, {"job_type": job_type, "outcome": outcome})
+
+    def _job_ended(self, run: JobRun) -> None:
+        """The job's task is over, however it ended: forget ``run``, give back what it holds."""
+        lane: LaneRun = run.lane
+        self._runs.discard(run)
+        lane.runs.discard(run)
+        # Still held when the job was not settled (lease lost, or run() cancelled).
+        self._give_token_back(run)
+        if run.settling:
+            lane.settling -= 1
+            assert lane.settles is not None
+            lane.settles.release_on_behalf_of(run)
+        if not self._runs and self._idle is not None:
+            self._idle.set()
+        if self._job_done is not None:
+            self._finished += 1
+            self._job_done.set()
+            self._job_done = anyio.Event()
+
+    @staticmethod
+    def _unhandled(run: JobRun, span: Any) -> tuple[RetryDirective, str]:
+        """The nack of a job whose type has no handler (and there is no catch-all)."""
+        ctx = run.ctx
+        delay = _failure_backoff(ctx.attempt)
+        run.log.warning("no handler registered for this job type; %s", _then_retry(ctx, delay))
+        _otel.mark_error(span, "no handler registered for the job type")
+        return RetryDirective.after(delay), f"no handler registered for job_type {ctx.job_type!r}"
+
+    @staticmethod
+    def _verdict(
+        run: JobRun,
+        span: Any,
+        directive: RetryDirective | None,
+        reason: str,
+        limit: float | None,
+    ) -> tuple[RetryDirective | None, str] | None:
+        """What to settle, given the handler's own ``directive`` and ``reason`` (None and
+        "" to ack), and log it: None when the lease was lost (nothing is settled then).
+
+        The flags decide, not what the handler did with its cancellation: one that
+        swallowed it and returned (or raised something else) gets the outcome the
+        cancellation stands for.
+        """
+        ctx = run.ctx
+        error = run.error
+        cancelled = run.lease_lost or run.timed_out or run.stop_reason is not None
+        if error is not None:
+            if cancelled:
+                run.log.info(
+                    "handler raised %s after it was cancelled; the cancellation decides the"
+                    " outcome",
+                    type(error).__name__,
+                )
+            elif isinstance(error, HandlerError):
+                run.log.info("%s", _handler_asked(error, ctx))
+                _otel.mark_error(span, str(error), error)
+            else:
+                run.log.error(
+                    "handler raised %s; %s",
+                    type(error).__name__,
+                    _then_retry(ctx, _failure_backoff(ctx.attempt)),
+                    exc_info=error,
+                )
+                _otel.mark_error(span, f"handler raised {type(error).__name__}", error)
+        if run.lease_lost:
+            # The job may already belong to another worker: it is not settled here.
+            run.lane.lease_lost += 1
+            run.log.error("lease lost (%s); the job is not settled here", run.lost_reason)
+            _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
+            _otel.mark_error(span, f"lease lost: {run.lost_reason}")
+            metrics = _otel.metrics()
+            if metrics.enabled:
+                metrics.lease_lost.add(1, {"job_type": ctx.job_type})
+            return None
+        if run.timed_out:
+            directive, reason = RetryDirective.default(), "timed out"
+            run.log.warning(
+                "handler timed out after %gs; %s", limit, _then_retry(ctx, _QUEUE_POLICY)
+            )
+            _otel.mark_error(span, reason)
+        elif run.stop_reason is not None:
+            directive = RetryDirective.after(0)
+            reason = f"worker shut down before the handler finished ({run.stop_reason})"
+            run.log.warning("handler cancelled: %s; %s", reason, _then_retry(ctx, 0.0))
+            _otel.mark_error(span, reason)
+        return directive, reason
 
     def _give_token_back(self, run: JobRun) -> None:
         """Return ``run``'s ``max_in_flight`` token to its lane, if it still holds it."""
@@ -1279,197 +1465,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         lane.settling += 1
         self._give_token_back(run)
 
-    async def _process(self, job: Job, run: JobRun) -> None:
-        """Handle one job inside its CONSUMER span, with its log context and metrics."""
-        ctx = job.ctx
-        metrics = _otel.metrics()
-
-        def attributes() -> dict[str, Any]:
-            return {
-                "messaging.destination.name": ctx.queue,
-                "messaging.message.id": ctx.id,
-                "messaging.client.id": self.worker_id,
-                "sepp.job.type": ctx.job_type,
-                "sepp.job.attempt": ctx.attempt,
-            }
-
-        with (
-            job_context(ctx, self.worker_id),
-            _otel.process_span(ctx.trace_context, attributes) as span,
-        ):
-            # Read once: the +1 and the -1 must go to the same place.
-            measured = metrics.enabled
-            lane_metrics = self._lane_metrics[run.lane]
-            lane_metrics.job_started()
-            started = anyio.current_time()
-            if measured:
-                metrics.in_flight.add(1)
-            outcome = "cancelled"
-            try:
-                outcome = await self._handle(job, run, span)
-            finally:
-                lane_metrics.job_finished(ctx.job_type, outcome, anyio.current_time() - started)
-                if measured:
-                    metrics.in_flight.add(-1)
-                    metrics.duration.record(
-                        anyio.current_time() - started,
-                        {"job_type": ctx.job_type, "outcome": outcome},
-                    )
-            if self._on_outcome is not None:
-                # Not reached when run() is cancelled from outside (nothing was settled).
-                await report_outcome(
-                    self._on_outcome,
-                    ctx,
-                    outcome_of(outcome, run),
-                    run.error,
-                    _JobLog(logger, {"ctx": ctx}),
-                )
-
-    async def _handle(self, job: Job, run: JobRun, span: Any) -> str:
-        """Run the handler and settle the job; return the outcome's name."""
-        ctx = job.ctx
-        lane: LaneRun = run.lane
-        log = _JobLog(logger, {"ctx": ctx})
-        run.started = anyio.current_time()
-        ctx._state = self._state
-        handler = self._calls.get(ctx.job_type) or self._catch_all_call
-        if handler is None:
-            delay = _failure_backoff(ctx.attempt)
-            log.warning("no handler registered for this job type; %s", _then_retry(ctx, delay))
-            _otel.mark_error(span, "no handler registered for the job type")
-            return await self._settle(
-                run,
-                log,
-                RetryDirective.after(delay),
-                f"no handler registered for job_type {ctx.job_type!r}",
-            )
-
-        directive: RetryDirective | None = None  # None: ack
-        reason = ""
-        with run.scope:
-            if self._heartbeats:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(
-                        functools.partial(
-                            heartbeat,
-                            run,
-                            lease=self._lease,
-                            interval=self._interval,
-                            extend=self._auto_extend,
-                            max_lease_time=self._max_lease_time,
-                            wall_clock=self._client._wall_clock,
-                            log=log,
-                            on_extended=self._lane_metrics[run.lane].lease_extended,
-                        )
-                    )
-                    assert run.handler_scope is not None
-                    try:
-                        with run.handler_scope:
-                            directive, reason = await self._call(handler, job, run, log, span)
-                    finally:
-                        # The heartbeat lives exactly as long as the handler.
-                        tg.cancel_scope.cancel()
-            else:
-                # Nothing to watch: no heartbeat task, no task group (cheaper per job).
-                directive, reason = await self._call(handler, job, run, log, span)
-
-        # The flags decide, not what the handler did with its cancellation: one that
-        # swallowed it and returned (or raised something else) gets the outcome the
-        # cancellation stands for.
-        if run.lease_lost:
-            # The job may already belong to another worker: it is not settled here.
-            lane.lease_lost += 1
-            log.error("lease lost (%s); the job is not settled here", run.lost_reason)
-            _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
-            _otel.mark_error(span, f"lease lost: {run.lost_reason}")
-            metrics = _otel.metrics()
-            if metrics.enabled:
-                metrics.lease_lost.add(1, {"job_type": ctx.job_type})
-            return "lease_lost"
-        if run.timed_out:
-            directive, reason = RetryDirective.default(), "timed out"
-            log.warning(
-                "handler timed out after %gs; %s",
-                self._timeouts.get(ctx.job_type, self._job_timeout),
-                _then_retry(ctx, _QUEUE_POLICY),
-            )
-            _otel.mark_error(span, reason)
-        elif run.stop_reason is not None:
-            directive = RetryDirective.after(0)
-            reason = f"worker shut down before the handler finished ({run.stop_reason})"
-            log.warning("handler cancelled: %s; %s", reason, _then_retry(ctx, 0.0))
-            _otel.mark_error(span, reason)
-        return await self._settle(run, log, directive, reason)
-
-    async def _call(
-        self,
-        handler: _AsyncHandler,
-        job: Job,
-        run: JobRun,
-        log: logging.LoggerAdapter[logging.Logger],
-        span: Any = None,
-    ) -> tuple[RetryDirective | None, str]:
-        """Run the handler; return the outcome: ``(None, "")`` to ack, else the nack's
-        directive and reason. Sets ``run.timed_out`` when ``job_timeout`` cut it short, and
-        ``run.handler_done`` once it is over. Cancellation and non-``Exception`` errors
-        propagate."""
-        # A typed task's own timeout wins over job_timeout; it covers the middleware too.
-        limit = self._timeouts.get(job.ctx.job_type, self._job_timeout)
-        middleware = self._middleware
-        try:
-            if limit is None:
-                if middleware:
-                    await call_through(middleware, handler, job.payload, job.ctx)
-                else:
-                    await handler(job.payload, job.ctx)
-            else:
-                with anyio.move_on_after(limit) as timeout:
-                    try:
-                        if middleware:
-                            await call_through(middleware, handler, job.payload, job.ctx)
-                        else:
-                            await handler(job.payload, job.ctx)
-                    finally:
-                        # Read as the handler ends, inside the scope: set if the timeout
-                        # fired, whether the handler let the cancellation out or not.
-                        run.timed_out = timeout.cancel_called
-        except HandlerError as exc:
-            run.error = exc
-            if not self._overridden(run, log, exc):
-                log.info("%s", _handler_asked(exc, job.ctx))
-                _otel.mark_error(span, str(exc), exc)
-            return exc.directive, exc.reason
-        except Exception as exc:
-            run.error = exc
-            delay = _failure_backoff(job.ctx.attempt)
-            if not self._overridden(run, log, exc):
-                log.exception(
-                    "handler raised %s; %s", type(exc).__name__, _then_retry(job.ctx, delay)
-                )
-                _otel.mark_error(span, f"handler raised {type(exc).__name__}", exc)
-            return RetryDirective.after(delay), f"handler raised {type(exc).__name__}: {exc}"
-        finally:
-            run.handler_done = True
-        return None, ""
-
-    @staticmethod
-    def _overridden(
-        run: JobRun, log: logging.LoggerAdapter[logging.Logger], exc: BaseException
-    ) -> bool:
-        """Whether the worker had cancelled the handler that raised ``exc`` (its outcome is
-        then the cancellation's; the error is logged as such)."""
-        if not (run.lease_lost or run.timed_out or run.stop_reason is not None):
-            return False
-        log.info(
-            "handler raised %s after it was cancelled; the cancellation decides the outcome",
-            type(exc).__name__,
-        )
-        return True
-
     async def _settle(
         self,
         run: JobRun,
-        log: logging.LoggerAdapter[logging.Logger],
         directive: RetryDirective | None,
         reason: str,
     ) -> str:
@@ -1492,7 +1490,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     lane.processed += 1
                     if metrics.enabled:
                         metrics.processed.add(1, labels)
-                    log.debug("acked")
+                    if logger.isEnabledFor(logging.DEBUG):
+                        run.log.debug("acked")
                     return "ack"
                 await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
@@ -1501,14 +1500,14 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     metrics.nacked.add(1, {**labels, "outcome": outcome})
                 if dead:
                     lane.nacked_dead += 1
-                    log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
                 else:
                     lane.nacked_retry += 1
-                    log.info("nacked for retry (%s)", reason or "no reason")
+                    run.log.info("nacked for retry (%s)", reason or "no reason")
                 return outcome
             except JobNotFoundError:
                 lane.settle_errors += 1
-                log.error(
+                run.log.error(
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
                     " was lost",
@@ -1517,7 +1516,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 return "settle_failed"
             except SeppError as exc:
                 lane.settle_errors += 1
-                log.error(
+                run.log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
                     "ack" if directive is None else "nack",
                     exc,
@@ -1525,7 +1524,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 return "settle_failed"
         assert bound.cancelled_caught
         lane.settle_errors += 1
-        log.error(
+        run.log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
             "ack" if directive is None else "nack",
             _SETTLE_TIMEOUT,
