@@ -1,8 +1,12 @@
 """A well-behaved client in a process of its own: ``python _canary.py HOST:PORT``.
 
 It enqueues, reserves and acks one job after another until its stdin is closed, then
-prints ``{"rounds": n, "errors": [...]}`` and exits.  A process rather than a thread, so
-that nothing it does (its random numbers, say) can disturb the test process.
+prints ``{"rounds": n, "errors": [...]}`` and exits. Before that it prints ``served`` once,
+as its first round has been served (the test waits for it: a test run whose share of the
+hostile tests is short could otherwise be over before the canary had even started).
+
+A process rather than a thread, so that nothing it does (its random numbers, say) can
+disturb the test process.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sepp_anyio
 async def main(address: str, stop: threading.Event) -> tuple[int, list[str]]:
     queue = f"canary-{uuid.uuid4().hex[:8]}"
     rounds = 0
+    served = False
     errors: list[str] = []
     async with sepp_anyio.connect(address, rpc_timeout=10.0) as client:
         while not stop.is_set():
@@ -32,6 +37,10 @@ async def main(address: str, stop: threading.Event) -> tuple[int, list[str]]:
                 await client.ack(job.ctx)
             except Exception as exc:
                 errors.append(repr(exc))
+            else:
+                if not served:
+                    served = True
+                    print("served", flush=True)
             rounds += 1
             await anyio.sleep(0.01)
     return rounds, errors

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import uuid
@@ -99,6 +100,12 @@ def server() -> Iterator[ServerProcess]:
         text=True,
     )
     try:
+        assert canary.stdout is not None
+        # Served once before the first hostile test (starting a process takes seconds on
+        # a loaded machine), so "served all along" holds from the start.
+        ready, _, _ = select.select([canary.stdout], [], [], 60.0)
+        assert ready, "the canary was not served within 60 s"
+        assert canary.stdout.readline() == "served\n", "the canary stopped before it was served"
         yield process
         out, _ = canary.communicate(timeout=30)  # closes its stdin: it stops
         report = json.loads(out)
