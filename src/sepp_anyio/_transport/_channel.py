@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import random
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Self
@@ -39,6 +41,7 @@ from .._model._error_root import InvalidArgumentError
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import Connection
+from ._dial import dial
 from ._metadata import MetadataLike, encode_metadata
 from ._stream import Stream
 
@@ -57,6 +60,27 @@ USER_AGENT = f"sepp-anyio/{__version__}"
 _NOT_TLS_REASONS = frozenset(
     {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL"}
 )
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why a TCP connect failed, in the operating system's words.
+
+    asyncio says "Connect call failed ('127.0.0.1', 1)" and anyio "All connection
+    attempts failed" (the attempts in its cause); both hide the errno's meaning.
+    """
+    causes: list[BaseException] = [exc]
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        causes.extend(cause.exceptions)
+    elif cause is not None:
+        causes.append(cause)
+    for each in causes:
+        if isinstance(each, socket.gaierror) and each.strerror:
+            return each.strerror  # "Name or service not known"
+        errno = getattr(each, "errno", None)
+        if isinstance(errno, int) and errno > 0:
+            return os.strerror(errno)
+    return str(exc) or type(exc).__name__
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -338,17 +362,12 @@ class Channel(anyio.AsyncContextManagerMixin):
         conn: Connection | None = None
         try:
             with anyio.fail_after(self._connect_timeout):
-                stream: anyio.abc.ByteStream
-                if self._ssl_context is None:
-                    stream = await anyio.connect_tcp(self.host, self.port)
-                else:
-                    stream = await anyio.connect_tcp(
-                        self.host,
-                        self.port,
-                        ssl_context=self._ssl_context,
-                        tls_hostname=self._server_hostname or self.host,
-                        tls_standard_compatible=False,
-                    )
+                stream = await dial(
+                    self.host,
+                    self.port,
+                    self._ssl_context,
+                    self._server_hostname or self.host,
+                )
                 if self._ssl_context is not None:
                     alpn = stream.extra(TLSAttribute.alpn_protocol, None)
                     if alpn != "h2":
@@ -388,8 +407,9 @@ class Channel(anyio.AsyncContextManagerMixin):
                 Status.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}{hint}"
             ) from exc
         except (OSError, anyio.BrokenResourceError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise GRPCError(Status.UNAVAILABLE, f"cannot connect to {address}: {reason}") from exc
+            raise GRPCError(
+                Status.UNAVAILABLE, f"cannot connect to {address}: {_connect_failure(exc)}"
+            ) from exc
         if conn.failure is not None:
             hint = ""
             if self._ssl_context is None:

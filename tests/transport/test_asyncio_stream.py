@@ -1,0 +1,214 @@
+"""The asyncio-native TCP stream the channel uses on asyncio, over loopback.
+
+The stream itself exists only on asyncio, so its own tests run there; the
+trio half checks that ``dial`` gives trio anyio's stream instead, and the
+whole channel suite (test_channel.py and the interop, fault and hostile suites)
+runs on both.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import pytest
+import trustme
+from anyio.streams.tls import TLSAttribute, TLSStream
+
+from sepp_anyio._transport._asyncio_stream import (
+    _HIGH_WATER,
+    _READ_BUFFER,
+    AsyncioStream,
+    connect_asyncio_tcp,
+)
+from sepp_anyio._transport._dial import dial
+from tests.reliability._wait import eventually
+from tests.support.servers import pattern_bytes
+
+pytestmark = pytest.mark.anyio
+
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+@asynccontextmanager
+async def connected_pair() -> AsyncIterator[tuple[AsyncioStream, anyio.abc.SocketStream]]:
+    """Our stream, connected to a plain anyio peer listening in this test."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as multi:
+        listener = multi.listeners[0]
+        assert isinstance(listener, anyio.abc.SocketListener)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            accepted: list[anyio.abc.SocketStream] = []
+
+            async def accept() -> None:
+                accepted.append(await listener.accept())
+
+            tg.start_soon(accept)
+            ours = await connect_asyncio_tcp("127.0.0.1", port)
+        (peer,) = accepted
+        try:
+            yield ours, peer
+        finally:
+            with anyio.CancelScope(shield=True):
+                await ours.aclose()
+                await peer.aclose()
+
+
+async def _receive_all(stream: anyio.abc.ByteStream, size: int) -> bytes:
+    data = bytearray()
+    with anyio.fail_after(10):
+        while len(data) < size:
+            data += await stream.receive()
+    return bytes(data)
+
+
+@asyncio_only
+async def test_bytes_both_ways_in_order_and_max_bytes_kept() -> None:
+    async with connected_pair() as (ours, peer):
+        await ours.send(b"hello")
+        assert await _receive_all(peer, 5) == b"hello"
+        payload = pattern_bytes(300_000)
+        await peer.send(payload)
+        received = bytearray()
+        with anyio.fail_after(10):
+            while len(received) < len(payload):
+                chunk = await ours.receive(1000)
+                assert 0 < len(chunk) <= 1000
+                received += chunk
+        assert bytes(received) == payload
+        assert ours.extra(anyio.abc.SocketAttribute.remote_address) == peer.extra(
+            anyio.abc.SocketAttribute.local_address
+        )
+
+
+@asyncio_only
+async def test_end_of_stream_after_the_last_bytes() -> None:
+    async with connected_pair() as (ours, peer):
+        await peer.send(b"last words")
+        await peer.aclose()
+        assert await _receive_all(ours, 10) == b"last words"
+        with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):
+            await ours.receive()
+
+
+@asyncio_only
+async def test_a_cancelled_receive_loses_nothing() -> None:
+    async with connected_pair() as (ours, peer):
+        with anyio.move_on_after(0.01):
+            await ours.receive()
+        await peer.send(b"after the cancel")
+        assert await _receive_all(ours, 16) == b"after the cancel"
+
+
+@asyncio_only
+async def test_unread_input_is_bounded_and_none_is_lost() -> None:
+    """A peer that sends while we do not read fills at most the high-water mark
+    (plus one read) before the transport stops reading; reading resumes it."""
+    total = 6 * _HIGH_WATER
+    payload = pattern_bytes(total)
+    async with connected_pair() as (ours, peer):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(peer.send, payload)
+            await eventually(
+                lambda: ours.unread_bytes >= _HIGH_WATER, within=10, what="the input to pile up"
+            )
+            held = ours.unread_bytes
+            assert held <= _HIGH_WATER + _READ_BUFFER
+            assert ours.reading_paused
+            # The peer is still sending (the kernel's buffers take some of it), but
+            # nothing more reaches us while we do not read.
+            await anyio.sleep(0.05)
+            assert ours.unread_bytes == held
+            received = await _receive_all(ours, total)
+        assert received == payload
+        assert not ours.reading_paused
+
+
+@asyncio_only
+async def test_close_ends_a_send_blocked_on_a_peer_that_does_not_read() -> None:
+    async with connected_pair() as (ours, _peer):
+        failures: list[BaseException] = []
+
+        async def flood() -> None:
+            try:
+                with anyio.fail_after(10):
+                    while True:
+                        await ours.send(bytes(1 << 20))
+            except anyio.ClosedResourceError as exc:
+                # Ended by the close itself, not by the connection's loss when the
+                # close gives up waiting for the peer and aborts.
+                assert not ours._protocol.lost
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(flood)
+            await eventually(lambda: ours.writing_paused, within=10, what="the send to block")
+            with anyio.fail_after(5):
+                await ours.aclose()
+        assert len(failures) == 1
+        with pytest.raises(anyio.ClosedResourceError):
+            await ours.send(b"x")
+        with pytest.raises(anyio.ClosedResourceError):
+            await ours.receive()
+
+
+@asyncio_only
+async def test_send_to_a_reset_connection_is_broken() -> None:
+    async with connected_pair() as (ours, peer):
+        sock = peer.extra(anyio.abc.SocketAttribute.raw_socket)
+        # SO_LINGER 0: close with RST.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await peer.aclose()
+        with anyio.fail_after(10), pytest.raises((anyio.BrokenResourceError, anyio.EndOfStream)):
+            await ours.receive()
+        with pytest.raises(anyio.BrokenResourceError):
+            await ours.send(b"x")
+
+
+@asyncio_only
+async def test_tls_on_top_negotiates_alpn() -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_context)
+    server_context.set_alpn_protocols(["h2"])
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    client_context.set_alpn_protocols(["h2"])
+    async with connected_pair() as (ours, peer):
+        async with anyio.create_task_group() as tg:
+            wrapped: list[TLSStream] = []
+
+            async def serve() -> None:
+                wrapped.append(
+                    await TLSStream.wrap(
+                        peer,
+                        server_side=True,
+                        ssl_context=server_context,
+                        standard_compatible=False,
+                    )
+                )
+
+            tg.start_soon(serve)
+            tls = await TLSStream.wrap(
+                ours, hostname="localhost", ssl_context=client_context, standard_compatible=False
+            )
+        assert tls.extra(TLSAttribute.alpn_protocol) == "h2"
+        await tls.send(b"over TLS")
+        assert await _receive_all(wrapped[0], 8) == b"over TLS"
+
+
+async def test_dial_picks_the_backends_stream(anyio_backend: str) -> None:
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as multi:
+        port = multi.listeners[0].extra(anyio.abc.SocketAttribute.local_port)
+        stream = await dial("127.0.0.1", port, None, "127.0.0.1")
+        try:
+            assert isinstance(stream, AsyncioStream) is (anyio_backend == "asyncio")
+            assert isinstance(stream, anyio.abc.ByteStream)
+        finally:
+            await stream.aclose()
