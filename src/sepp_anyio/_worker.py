@@ -46,6 +46,18 @@ so a burst of jobs that end together (one reserve's worth of short handlers) giv
 tokens back within one scheduling round and is reserved again in one full reserve; tokens
 that come back one by one while a reserve is out are all asked for by the next one.
 
+Order on the wire (why a finished job yields before its ack). The server answers the
+calls of one connection roughly in the order they arrive. If a batch's acks went out
+before the reserve that its tokens wake, the server would work through every ack before
+it leased the next batch, and the worker would sit idle meanwhile; then the worker would
+handle the new batch while the server sat idle. So a job that has given its token back
+yields to the scheduler (without being a cancellation point) before it sends its ack or
+nack: the woken reserve loop runs first, its reserve leaves ahead of the acks, and the
+server leases the next batch while the worker is still sending the last one's acks.
+asyncio runs ready tasks in the order they became ready, so one yield is enough; trio
+runs each batch of ready tasks in a random direction, so a job yields twice there. With
+no-op handlers and 128 in flight this is about a quarter more jobs a second.
+
 Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
 which one is decided once, at registration (a ``functools.partial`` of either, a bound
 method and an object whose ``__call__`` is ``async def`` count as what they wrap). An
@@ -94,6 +106,7 @@ server redelivers them), and no task outlives ``run()``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -108,6 +121,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 
 from . import _lifespan, _otel
@@ -515,6 +529,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         # (the other counters are per lane).
         self._in_flight = 0
         self._max_seen = 0
+        self._hand_off_yields = 1
         # Probes and metrics for serve_health. The margin covers the longest pause the loop
         # takes between two reserves (the backoff after a failed or refused reserve).
         self._health = WorkerHealth(
@@ -904,6 +919,11 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         self._sync_limiter = anyio.CapacityLimiter(self._sync_threads)
         self._reserved_once = False
         self._refusals = 0
+        # asyncio runs ready tasks in the order they became ready, so one yield puts the
+        # woken reserve loop ahead of this job's settle; trio runs each batch of ready
+        # tasks in a random direction, so it takes two.
+        native = anyio.lowlevel.current_token().native_token
+        self._hand_off_yields = 1 if isinstance(native, asyncio.AbstractEventLoop) else 2
         install_record_factory()
         logger.info(
             "worker %s starting on %s (max_in_flight=%d, lease=%gs)",
@@ -1464,6 +1484,11 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         run.settling = True
         lane.settling += 1
         self._give_token_back(run)
+        # Let the reserve loop, woken by the token, send its reserve before this job's
+        # ack or nack goes out ("Order on the wire" in the module docs). Not a
+        # cancellation point: the outcome is decided and is settled regardless.
+        for _ in range(self._hand_off_yields):
+            await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def _settle(
         self,

@@ -214,8 +214,11 @@ async def test_connection_reset_during_ack(
 
         async def body(payload: Payload | None, ctx: JobCtx) -> None:
             if payload is not None and payload.data.decode() == victim:
-                # Everything the worker sends or receives from now on is parked: the
-                # next thing on the wire is this job's ack.
+                # The reserve that brought this job went out ahead of the previous job's
+                # ack, whose reply may still be on its way: wait for it, so that with
+                # everything the worker sends or receives parked from now on, the next
+                # thing on the wire is this job's ack.
+                await ledger.wait_acked(10)
                 await anyio.to_thread.run_sync(proxy.hold, direction)
                 handled.set()
 
@@ -273,6 +276,9 @@ async def test_connection_reset_during_extend(
         async def body(payload: Payload | None, ctx: JobCtx) -> None:
             if payload is None or payload.data.decode() != victim:
                 return
+            # The previous job's ack is settled first (its reply could otherwise be
+            # parked with this job's extension).
+            await ledger.wait_acked(5)
             known = ctx.lease_expires_at
             known_ms = int(known.timestamp() * 1000)
             await anyio.to_thread.run_sync(proxy.hold, direction)

@@ -113,6 +113,35 @@ async def test_the_next_reserve_goes_out_while_the_acks_are_on_their_way(
             assert after.request.max_jobs == max_in_flight
 
 
+@pytest.mark.parametrize("max_in_flight", [1, 4, 16])
+async def test_the_next_reserve_is_sent_ahead_of_the_acks(max_in_flight: int) -> None:
+    """The tokens of a finished batch wake the reserve loop, and the batch's acks wait for
+    it: the next reserve reaches the server first, so the server leases the next batch
+    before it spends its time on the acks (one server's work overlapping the worker's)."""
+    async with open_in_memory_client() as (client, engine):
+        Network(engine, ONE_WAY)
+        spy = EngineSpy(engine)
+        worker = Worker(client, [QUEUE], max_in_flight=max_in_flight, wait=30.0)
+        worker.handle("t", Probe().handler())
+        await enqueue(client, 5 * max_in_flight)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await spy.wait_for("ack", 5 * max_in_flight)
+            worker.shutdown()
+        order = [c for c in spy.calls if c.method in ("reserve", "ack")]
+        reserves = [
+            i for i, c in enumerate(order) if c.method == "reserve" and c.ok and c.reply.jobs
+        ]
+        assert len(reserves) == 5
+        for before, after in itertools.pairwise(reserves):
+            ids = {j.id for j in order[before].reply.jobs}
+            acked_at = [
+                i for i, c in enumerate(order) if c.method == "ack" and c.request.job_id in ids
+            ]
+            assert len(acked_at) == max_in_flight
+            assert after < min(acked_at), [c.method for c in order]
+
+
 async def test_throughput_is_max_in_flight_per_reserve_round_trip_plus_handler() -> None:
     """Little's law: each token carries one job per (reserve RTT + handler), not per
     (reserve RTT + handler + ack RTT): 40 jobs of 10 ms at 4 in flight take 10 cycles of
