@@ -34,8 +34,9 @@ __all__ = ["AsyncioStream", "connect_asyncio_tcp"]
 # largest size glibc still serves from its heap rather than with mmap.
 _READ_BUFFER = 1 << 16
 # Unread input above this pauses the transport's reading, so a peer can make
-# us hold at most about this much (plus one read) before we consume it.
-_HIGH_WATER = 1 << 20
+# us hold at most about this much (plus one read) before we consume it: the same
+# bound as anyio's stream, which holds one 256 KiB read.
+_HIGH_WATER = 1 << 18
 _LOW_WATER = _HIGH_WATER // 4
 # How long a close waits for asyncio to write what it still buffers.
 _CLOSE_TIMEOUT = 1.0
