@@ -29,7 +29,7 @@ from ._logcontext import JobLog
 from ._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
 from ._model._job import JobCtx
 
-__all__ = ["JobRun", "heartbeat"]
+__all__ = ["JobRun", "heartbeat", "heartbeat_delay"]
 
 logger = logging.getLogger("sepp_anyio.worker")
 
@@ -72,6 +72,13 @@ class JobRun:
     error: BaseException | None = None
     #: The worker's lane the job came from (a ``_lane.LaneRun``; its counters).
     lane: Any = None
+    #: When the heartbeat stops extending (anyio time; ``max_lease_time`` after the start).
+    stop_extending_at: float = math.inf
+    #: The expiry the reserve granted, for the heartbeat to tell a manual ``ctx.extend``
+    #: from its own extensions (it may start after one: see ``_heartbeat_timer``).
+    granted_expiry: datetime | None = None
+    #: The job's entry in the worker's ``HeartbeatTimer`` until its heartbeat starts.
+    timer_entry: list[Any] | None = None
     _log: JobLog | None = field(default=None, init=False, repr=False)
 
     @property
@@ -106,6 +113,26 @@ def _seconds_left(expiry: datetime, now: Callable[[], datetime]) -> float:
     return (expiry - now()).total_seconds()
 
 
+def heartbeat_delay(
+    run: JobRun,
+    *,
+    interval: float | None,
+    extend: bool,
+    wall_clock: Callable[[], datetime],
+) -> float | None:
+    """Seconds from now until ``run``'s heartbeat next has something to do: extend the
+    lease, or (no more extending) look at it again when it should have run out. None when
+    it is only watching and the lease has run out already: the job is lost now.
+    """
+    left = _seconds_left(run.ctx.lease_expires_at, wall_clock)
+    now = anyio.current_time()
+    stop_extending_at = run.stop_extending_at
+    if not extend or now >= stop_extending_at:
+        return left if left > 0 else None
+    wait = interval if interval is not None else max(left / 3, _MIN_INTERVAL)
+    return min(wait, max(stop_extending_at - now, 0.0))
+
+
 async def heartbeat(
     run: JobRun,
     *,
@@ -115,6 +142,7 @@ async def heartbeat(
     max_lease_time: float | None,
     wall_clock: Callable[[], datetime],
     on_extended: Callable[[], None] | None = None,
+    due: bool = False,
 ) -> None:
     """Extend ``run``'s lease until cancelled; cancel the job if the lease is lost.
 
@@ -127,40 +155,39 @@ async def heartbeat(
             the time left on the granted lease (recomputed after each extend).
         extend: False to only watch: the job is cancelled when its lease runs
             out (used with ``max_lease_time`` and no auto-extension).
-        max_lease_time: stop extending this long after the start, then end
-            the job as lease-lost once the last granted lease runs out.
+        max_lease_time: stop extending at ``run.stop_extending_at`` (this long after the
+            job started), then end the job as lease-lost once the last granted lease
+            runs out (here only named in the log line).
         wall_clock: "now" on the server's clock (to read expiry instants).
         on_extended: called after each extension the server granted (metrics).
+        due: the first wait (:func:`heartbeat_delay` as the job started) is over already
+            (``_heartbeat_timer`` starts the task only then).
 
     Never raises except cancellation: extension errors are decided here.
     """
     ctx = run.ctx
     # The expiry granted to the heartbeat itself (or by the reserve); ctx.lease_expires_at
-    # differs from it after a manual ctx.extend.
-    own_expiry = ctx.lease_expires_at
-    stop_extending_at = (
-        math.inf if max_lease_time is None else anyio.current_time() + max_lease_time
-    )
+    # differs from it after a manual ctx.extend, which may come before this task starts.
+    own_expiry = run.granted_expiry or ctx.lease_expires_at
     while True:
-        left = _seconds_left(ctx.lease_expires_at, wall_clock)
-        now = anyio.current_time()
-        if not extend or now >= stop_extending_at:
-            # No (more) extensions: the job ends with its lease. Sleep in a
-            # loop, because a handler may still extend by hand (ctx.extend).
-            if left > 0:
-                await anyio.sleep(left)
-                continue
-            reason = (
-                f"max_lease_time ({max_lease_time:g}s) reached"
-                if extend and max_lease_time is not None
-                else "the lease expired"
-            )
-            run.log.error("lease lost (%s); cancelling the handler, not settling the job", reason)
-            run.lose_lease(reason)
-            return
-        wait = interval if interval is not None else max(left / 3, _MIN_INTERVAL)
-        await anyio.sleep(min(wait, max(stop_extending_at - now, 0.0)))
-        if anyio.current_time() >= stop_extending_at:
+        if not due:
+            delay = heartbeat_delay(run, interval=interval, extend=extend, wall_clock=wall_clock)
+            if delay is None:
+                reason = (
+                    f"max_lease_time ({max_lease_time:g}s) reached"
+                    if extend and max_lease_time is not None
+                    else "the lease expired"
+                )
+                run.log.error(
+                    "lease lost (%s); cancelling the handler, not settling the job", reason
+                )
+                run.lose_lease(reason)
+                return
+            await anyio.sleep(delay)
+        due = False
+        if not extend or anyio.current_time() >= run.stop_extending_at:
+            # No (more) extensions: the job ends with its lease. Look at it again (in a
+            # loop, because a handler may still extend by hand, ctx.extend).
             continue
         if (
             ctx.lease_expires_at != own_expiry

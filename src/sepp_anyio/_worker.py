@@ -6,6 +6,7 @@ Shape (the reason this library exists)::
     └── lifespan (entered before the first reserve, left after every job task ended)
         └── task group (the worker's whole life)
             ├── reserve loop per lane (the run() task itself when there is one lane)
+            ├── the heartbeat timer (with heartbeats: auto_extend or max_lease_time)
             │     take a CapacityLimiter token, then the lane's rate tokens, then
             │     reserve min(max_jobs, free tokens, rate tokens)
             └── one task per job, holding its token until its outcome is decided,
@@ -13,7 +14,9 @@ Shape (the reason this library exists)::
                   └── the heartbeat's task group, whose cancel scope is the job's
                         ├── middleware, then the handler, in the handler's own scope
                         │   (a shutdown cancels it; its deadline is the job's timeout)
-                        └── the heartbeat (extends the lease; cancels the job if lost)
+                        └── the heartbeat (extends the lease; cancels the job if lost),
+                            started there by the heartbeat timer when its first wait
+                            is over (``_heartbeat_timer``: most jobs end before)
 
 A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
 one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
@@ -129,8 +132,9 @@ from ._client import Client
 from ._cron import Cron, run_cron
 from ._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
 from ._health._source import DEFAULT_MARGIN
+from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
-from ._lease import JobRun, heartbeat
+from ._lease import JobRun, heartbeat, heartbeat_delay
 from ._logcontext import enter_job, install_record_factory, leave_job
 from ._middleware import Middleware, call_through, check_middleware
 from ._model._checks import check_count, check_seconds, check_str
@@ -525,6 +529,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         self._job_done: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        # Starts the jobs' heartbeats when due (one per run(), with heartbeats on).
+        self._timer: HeartbeatTimer | None = None
         # Jobs holding a max_in_flight token now, over all lanes, and the most ever at once
         # (the other counters are per lane).
         self._in_flight = 0
@@ -744,6 +750,20 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             await tg.start(schedule, name=f"sepp cron scheduler of {self.worker_id}")
         return scope
 
+    def _start_heartbeat_timer(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
+        """Start the jobs' heartbeat timer in ``tg`` if they have heartbeats; cancelling
+        the returned scope stops it (after the drain: the jobs need it until then)."""
+        scope = anyio.CancelScope()
+        if self._heartbeats:
+            timer = self._timer = HeartbeatTimer(self._heartbeat)
+
+            async def serve() -> None:
+                with scope:
+                    await timer.serve()
+
+            tg.start_soon(serve, name=f"sepp heartbeat timer of {self.worker_id}")
+        return scope
+
     # ------------------------------------------------------------ control
 
     def shutdown(self) -> None:
@@ -943,6 +963,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             ):
                 self._tg = tg
                 crons = await self._start_crons(tg)
+                heartbeats = self._start_heartbeat_timer(tg)
                 self._health.mark_started()
                 if self._shutdown_requested:
                     self._health.mark_shutting_down()
@@ -950,6 +971,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 await self._reserve_loops(tg)
                 crons.cancel()  # a worker that stops taking jobs stops scheduling them
                 await self._drain()
+                heartbeats.cancel()  # no job is left to start a heartbeat for
         except BaseExceptionGroup as group:
             # The task groups are an implementation detail: one error (a handler's
             # KeyboardInterrupt, say) comes out as itself, not nested in two groups.
@@ -960,6 +982,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         finally:
             self._health.mark_stopped()
             self._tg = None
+            self._timer = None
             self._running = False
             self._stop = None
             self._job_done = None
@@ -1287,13 +1310,15 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     directive, reason = self._unhandled(run, span)
                 else:
                     # Without a heartbeat (nothing to watch) no task group is made.
+                    timer = self._timer
                     async with (
-                        anyio.create_task_group() if self._heartbeats else _NO_HEARTBEAT
+                        anyio.create_task_group() if timer is not None else _NO_HEARTBEAT
                     ) as heartbeats:
                         if heartbeats is not None:
-                            # Its scope is the job's: a lost lease cancels both.
+                            # Its scope is the job's: a lost lease cancels both. The
+                            # heartbeat starts in it when its first wait is over.
                             run.scope = heartbeats.cancel_scope
-                            heartbeats.start_soon(self._heartbeat, run)
+                            self._schedule_heartbeat(run, heartbeats)
                         scope = run.handler_scope
                         with scope:
                             try:
@@ -1316,8 +1341,10 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                                     scope.cancel_called and anyio.current_time() >= scope.deadline
                                 )
                                 run.handler_done = True
-                                if heartbeats is not None:
-                                    # The heartbeat lives exactly as long as the handler.
+                                # The heartbeat lives exactly as long as the handler
+                                # (most never start: their first wait is not over).
+                                if timer is not None and not timer.discard(run):
+                                    assert heartbeats is not None
                                     heartbeats.cancel_scope.cancel()
                 verdict = self._verdict(run, span, directive, reason, limit)
                 outcome = "lease_lost" if verdict is None else await self._settle(run, *verdict)
@@ -1334,8 +1361,25 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 self._job_finished(run, "cancelled", measured)
             self._job_ended(run)
 
+    def _schedule_heartbeat(self, run: JobRun, group: anyio.abc.TaskGroup) -> None:
+        """Have ``run``'s heartbeat start in ``group`` (the job's) when its first wait is
+        over (``_heartbeat_timer``)."""
+        assert self._timer is not None
+        ctx = run.ctx
+        run.granted_expiry = ctx.lease_expires_at
+        if self._max_lease_time is not None:
+            run.stop_extending_at = run.started + self._max_lease_time
+        delay = heartbeat_delay(
+            run,
+            interval=self._interval,
+            extend=self._auto_extend,
+            wall_clock=self._client._wall_clock,
+        )
+        self._timer.add(run, group, anyio.current_time() + (delay or 0.0))
+
     def _heartbeat(self, run: JobRun) -> Coroutine[Any, Any, None]:
-        """``run``'s heartbeat, for its task (a plain function: no frame of its own)."""
+        """``run``'s heartbeat, for its task once its first wait is over (a plain
+        function: no frame of its own)."""
         return heartbeat(
             run,
             lease=self._lease,
@@ -1344,6 +1388,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             max_lease_time=self._max_lease_time,
             wall_clock=self._client._wall_clock,
             on_extended=self._lane_metrics[run.lane].lease_extended,
+            due=True,
         )
 
     def _job_started(self, run: JobRun) -> bool:
