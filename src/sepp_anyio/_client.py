@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import anyio
 from grpclib.const import Cardinality
+from grpclib.exceptions import GRPCError
 
 from . import _otel
 from ._model._checks import (
@@ -50,7 +51,7 @@ from ._model._retries import RetryDirective, RetryPolicy
 from ._model._server_info import ServerInfo
 from ._model._trace import TraceContext
 from ._proto.sepp import v1 as pb
-from ._retry import call_with_retry
+from ._retry import retry_delay
 from ._transport._malformed import MalformedReplyError
 from ._wire import _convert
 from ._wire._codec import ElementWise
@@ -228,18 +229,22 @@ class Client:
         the old expiry still holds if it was not.
         """
         metadata = _otel.trace_metadata() or None
-
-        async def attempt() -> Any:
+        policy = self._retry if retry else None
+        # The tries in this frame, not in a helper's: every ack goes through here, and
+        # each frame more costs at each suspension of the call.
+        index = 0
+        while True:
             try:
                 return await method(request, timeout=timeout, metadata=metadata)
             except MalformedReplyError as exc:
-                # Raised outside call_with_retry's GRPCError handling on purpose: the
-                # same server would break the protocol the same way again.
+                # Never retried: the same server would break the protocol the same way.
                 raise MalformedResponseError(f"{rpc}: {exc.message}") from None
-
-        return await call_with_retry(
-            rpc, attempt, policy=self._retry if retry else None, retry_codes=retry_codes
-        )
+            except GRPCError as exc:
+                # Raises the taxonomy error when this was the last try.
+                delay = retry_delay(rpc, exc, index, policy=policy, retry_codes=retry_codes)
+            # An ordinary sleep: cancelling the caller cancels it.
+            await anyio.sleep(delay)
+            index += 1
 
     def _element_wise(self, method: str, reply_type: ElementWise) -> Callable[..., Any]:
         """A call of ``method`` shaped like a stub method, whose reply is decoded item by

@@ -3,58 +3,48 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection
-from typing import TypeVar
+from collections.abc import Collection
 
-import anyio
 from grpclib.exceptions import GRPCError
 
 from ._model._errors import error_from_status
 from ._model._retries import RetryPolicy
 
-__all__ = ["call_with_retry"]
+__all__ = ["retry_delay"]
 
 logger = logging.getLogger("sepp_anyio")
 
-T = TypeVar("T")
 
-
-async def call_with_retry(
+def retry_delay(
     rpc: str,
-    attempt: Callable[[], Awaitable[T]],
+    exc: GRPCError,
+    index: int,
     *,
     policy: RetryPolicy | None,
     retry_codes: Collection[int],
-) -> T:
-    """Run ``attempt`` until it succeeds, fails for good, or the tries run out.
+) -> float:
+    """The pause before the next try of ``rpc``, whose try number ``index`` (from 0)
+    failed with ``exc``; logged. Called in the ``except`` block of the failed try.
 
-    ``policy=None`` means a single try (reserve and drain are never retried).
-    A status in ``retry_codes`` is retried after ``policy.backoff(n)``; the
-    sleep is an ordinary anyio sleep, so cancelling the caller cancels it.
+    ``policy=None`` means a single try (reserve and drain are never retried). A status
+    in ``retry_codes`` is retried after ``policy.backoff(index)``, until the policy's
+    tries run out.
 
     Raises:
-        SeppError: the taxonomy error for the last failure (the grpclib error
-            is not chained, so it never reaches the caller).
+        SeppError: the taxonomy error, when the call is not tried again (the grpclib
+            error is not chained, so it never reaches the caller).
     """
-    tries = 1 if policy is None else policy.max_attempts
-    for index in range(tries):
-        try:
-            return await attempt()
-        except GRPCError as exc:
-            code = exc.status.value
-            if index + 1 < tries and code in retry_codes:
-                assert policy is not None
-                delay = policy.backoff(index)
-                logger.warning(
-                    "%s failed with %s (%s); retry %d of %d in %.3fs",
-                    rpc,
-                    exc.status.name,
-                    exc.message or "no message",
-                    index + 1,
-                    tries - 1,
-                    delay,
-                )
-                await anyio.sleep(delay)
-                continue
-            raise error_from_status(code, exc.message or "", rpc=rpc) from None
-    raise AssertionError("unreachable")  # pragma: no cover
+    code = exc.status.value
+    if policy is None or index + 1 >= policy.max_attempts or code not in retry_codes:
+        raise error_from_status(code, exc.message or "", rpc=rpc) from None
+    delay = policy.backoff(index)
+    logger.warning(
+        "%s failed with %s (%s); retry %d of %d in %.3fs",
+        rpc,
+        exc.status.name,
+        exc.message or "no message",
+        index + 1,
+        policy.max_attempts - 1,
+        delay,
+    )
+    return delay

@@ -1514,9 +1514,10 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         the capacity model in the module docs).
 
         When every settle slot is taken, this waits for one *holding the token*, so the
-        reserve loop feels a slow server too. The wait is shielded, as the settle is: the
-        outcome is decided and must not be lost; it ends when an earlier settle (bounded by
-        its timeout) and its ``on_outcome`` call are over.
+        reserve loop feels a slow server too. Called inside the settle's shielded scope
+        (before its deadline is set): the outcome is decided and must not be lost; the
+        wait ends when an earlier settle (bounded by its timeout) and its ``on_outcome``
+        call are over.
         """
         lane: LaneRun = run.lane
         settles = lane.settles
@@ -1524,16 +1525,15 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         try:
             settles.acquire_on_behalf_of_nowait(run)
         except anyio.WouldBlock:
-            with anyio.CancelScope(shield=True):
-                await settles.acquire_on_behalf_of(run)
+            await settles.acquire_on_behalf_of(run)
         run.settling = True
         lane.settling += 1
         self._give_token_back(run)
         # Let the reserve loop, woken by the token, send its reserve before this job's
-        # ack or nack goes out ("Order on the wire" in the module docs). Not a
-        # cancellation point: the outcome is decided and is settled regardless.
+        # ack or nack goes out ("Order on the wire" in the module docs). Shielded like
+        # the rest of the settle: the outcome is decided and is settled regardless.
         for _ in range(self._hand_off_yields):
-            await anyio.lowlevel.cancel_shielded_checkpoint()
+            await anyio.lowlevel.checkpoint()
 
     async def _settle(
         self,
@@ -1550,10 +1550,11 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         lane: LaneRun = run.lane
         metrics = _otel.metrics()
         labels = {"job_type": ctx.job_type}
-        await self._hand_off(run)
-        started = anyio.current_time()
-        # One scope: shielded from outer cancellation, but cancelled by its own deadline.
-        with anyio.CancelScope(shield=True, deadline=started + _SETTLE_TIMEOUT) as bound:
+        # One scope for the hand-off and the call: shielded from outer cancellation, and
+        # cancelled by its own deadline, which starts once a settle slot is taken.
+        with anyio.CancelScope(shield=True) as bound:
+            await self._hand_off(run)
+            bound.deadline = anyio.current_time() + _SETTLE_TIMEOUT
             try:
                 if directive is None:
                     await self._client.ack(ctx)
