@@ -42,6 +42,7 @@ TIERS: list[frozenset[str]] = [
         {
             "_retry",
             "_lease",
+            "_heartbeat_timer",
             "_typed",
             "_client",
             "_connect",

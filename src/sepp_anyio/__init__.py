@@ -16,8 +16,8 @@ the underscored modules are private.
 #   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
 #      server: only _model, _wire, _proto, _http2 and the transport's framing);
 #   4. the client and the worker and what is built on them: _client, _connect,
-#      _retry, _lease, _worker and its parts (_lane, _lifespan, _middleware,
-#      _outcome), _task, _task_call, _typed, _cron, _health, _cli;
+#      _retry, _lease, _worker and its parts (_heartbeat_timer, _lane, _lifespan,
+#      _middleware, _outcome), _task, _task_call, _typed, _cron, _health, _cli;
 #   5. the public faces: this module, __main__, testing (which may import anything).
 
 from __future__ import annotations
