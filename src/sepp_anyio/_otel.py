@@ -22,7 +22,8 @@ Metric instrument names are the official Python client's (``sepp.jobs.*``,
 from __future__ import annotations
 
 import contextlib
-import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from functools import cache
@@ -75,28 +76,12 @@ def _api() -> Any:
         pass
 
     api = Api()
-    # Providers that mean "no SDK installed": spans and metrics would be
-    # discarded, so the hooks below skip them (their overhead is not free).
+    # Providers that mean "no SDK installed": spans would be discarded, so the span
+    # helpers skip them (making a non-recording span is not free).
     api.idle_tracer_providers = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)  # type: ignore[attr-defined]
-    idle_meters: list[type] = [metrics.NoOpMeterProvider]
-    try:
-        from opentelemetry.metrics._internal import _ProxyMeterProvider
-
-        idle_meters.append(_ProxyMeterProvider)
-    except ImportError:  # pragma: no cover - a future API may move it
-        pass
-    api.idle_meter_providers = tuple(idle_meters)  # type: ignore[attr-defined]
-    # get_tracer_provider()/get_meter_provider() look the environment up on every
-    # call while no provider is set (a few microseconds, several times per job).
-    # The providers the API has been given are read directly instead; the
-    # variables that would make the API load one lazily are read once, here.
-    try:
-        from opentelemetry.metrics import _internal as metrics_internal
-    except ImportError:  # pragma: no cover - a future API may move it
-        metrics_internal = None  # type: ignore[assignment]
-    api.metrics_internal = metrics_internal  # type: ignore[attr-defined]
-    api.tracer_env = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # type: ignore[attr-defined]
-    api.meter_env = "OTEL_PYTHON_METER_PROVIDER" in os.environ  # type: ignore[attr-defined]
+    # Set once an SDK tracer provider has been seen: the API lets a process set its
+    # provider only once, so from then on the answer cannot change.
+    api.tracing = False  # type: ignore[attr-defined]
     api.trace = trace  # type: ignore[attr-defined]
     api.context = context  # type: ignore[attr-defined]
     api.metrics = metrics  # type: ignore[attr-defined]
@@ -111,27 +96,17 @@ def available() -> bool:
     return _api() is not None
 
 
-_UNKNOWN = object()
-
-
 def _tracing(api: Any) -> bool:
-    """Whether an SDK tracer provider is installed (checked per use: it may come later)."""
-    provider = getattr(api.trace, "_TRACER_PROVIDER", _UNKNOWN)
-    if provider is None and not api.tracer_env:
-        return False
-    if provider is None or provider is _UNKNOWN:
-        provider = api.trace.get_tracer_provider()
-    return not isinstance(provider, api.idle_tracer_providers)
+    """Whether an SDK tracer provider is installed.
 
-
-def _metering(api: Any) -> bool:
-    """Whether an SDK meter provider is installed (checked per use, like :func:`_tracing`)."""
-    provider = getattr(api.metrics_internal, "_METER_PROVIDER", _UNKNOWN)
-    if provider is None and not api.meter_env:
-        return False
-    if provider is None or provider is _UNKNOWN:
-        provider = api.metrics.get_meter_provider()
-    return not isinstance(provider, api.idle_meter_providers)
+    Asked on every use until one is (the application may install it after our first
+    call, or have it loaded from ``OTEL_PYTHON_TRACER_PROVIDER``, which the API's own
+    getter does); after that, remembered.
+    """
+    if api.tracing:
+        return True
+    api.tracing = not isinstance(api.trace.get_tracer_provider(), api.idle_tracer_providers)
+    return bool(api.tracing)
 
 
 def _tracer() -> Any:
@@ -303,40 +278,69 @@ def add_event(span: Any, name: str, attributes: Mapping[str, Any] | None = None)
         span.add_event(name, attributes=dict(attributes or {}))
 
 
-class Metrics:
-    """The worker's instruments; :attr:`enabled` is False (and they must not be
-    used) while no SDK meter provider is installed."""
+class _InFlight(Protocol):
+    """What the in-flight gauge reads: a worker's count of the jobs it is handling."""
 
+    _in_flight: int
+
+
+class Metrics:
+    """The worker's instruments, made once from the API's global meter; :attr:`enabled`
+    is False (and they do not exist) without the OpenTelemetry API.
+
+    They are recorded into without asking whether an SDK is installed: until one is, the
+    API's meter hands out proxy instruments that drop what they are given, and forward
+    to the SDK's from the moment its provider is set (OpenTelemetry's own contract for
+    instruments made early). That costs less per job than checking for a provider.
+
+    ``sepp.jobs.in_flight`` is observed rather than counted up and down: the SDK asks for
+    it at each collection, and it reads the count of every worker it was given
+    (:meth:`count_in_flight`). A +1 before an SDK is installed and its -1 after would
+    otherwise leave the count off for good.
+    """
+
+    enabled: bool
     processed: Any
     nacked: Any
-    in_flight: Any
     reserves_completed: Any
     reserves_failed: Any
     duration: Any
     lease_lost: Any
+    _observation: Any
 
     def __init__(self) -> None:
-        self._created = False
-
-    @property
-    def enabled(self) -> bool:
+        # The SDK calls the observation callback from its exporter's thread.
+        self._lock = threading.Lock()
+        self._workers: weakref.WeakSet[_InFlight] = weakref.WeakSet()
         api = _api()
-        if api is None or not _metering(api):
-            return False
-        if not self._created:
+        self.enabled = api is not None
+        if api is not None:
             self._create(api)
-        return True
+
+    def count_in_flight(self, worker: _InFlight) -> None:
+        """Add ``worker``'s jobs to ``sepp.jobs.in_flight`` for as long as it exists."""
+        with self._lock:
+            self._workers.add(worker)
+
+    def _observe_in_flight(self, options: Any) -> Iterator[Any]:
+        with self._lock:
+            workers = list(self._workers)
+        yield self._observation(sum(worker._in_flight for worker in workers))
 
     def _create(self, api: Any) -> None:
         meter = api.metrics.get_meter("sepp_anyio", __version__)
+        self._observation = api.metrics.Observation
         self.processed = meter.create_counter(
             "sepp.jobs.processed", unit="{job}", description="Jobs acknowledged after processing"
         )
         self.nacked = meter.create_counter(
             "sepp.jobs.nacked", unit="{job}", description="Jobs negatively acknowledged"
         )
-        self.in_flight = meter.create_up_down_counter(
-            "sepp.jobs.in_flight", unit="{job}", description="Jobs currently being processed"
+        meter.create_observable_up_down_counter(
+            "sepp.jobs.in_flight",
+            callbacks=[self._observe_in_flight],
+            unit="{job}",
+            description="Jobs currently being processed",
         )
         self.reserves_completed = meter.create_counter(
             "sepp.reserves.completed", unit="{call}", description="Reserve calls that succeeded"
@@ -352,10 +356,9 @@ class Metrics:
             unit="{job}",
             description="Jobs cancelled because their lease was lost",
         )
-        self._created = True
 
 
 @cache
 def metrics() -> Metrics:
-    """The process-wide instruments (created once a meter provider is installed)."""
+    """The process-wide instruments (made at the first call)."""
     return Metrics()

@@ -945,6 +945,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         native = anyio.lowlevel.current_token().native_token
         self._hand_off_yields = 1 if isinstance(native, asyncio.AbstractEventLoop) else 2
         install_record_factory()
+        metrics = _otel.metrics()
+        if metrics.enabled:
+            metrics.count_in_flight(self)
         logger.info(
             "worker %s starting on %s (max_in_flight=%d, lease=%gs)",
             self.worker_id,
@@ -1292,7 +1295,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         """
         ctx = job.ctx
         log_context = enter_job(ctx, self.worker_id)
-        measured = self._job_started(run)
+        self._job_started(run)
         outcome: str | None = None  # None until settled (or found lost)
         try:
             span_of = _otel.process_span(ctx.trace_context, _span_attributes, ctx, self.worker_id)
@@ -1348,7 +1351,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                                     heartbeats.cancel_scope.cancel()
                 verdict = self._verdict(run, span, directive, reason, limit)
                 outcome = "lease_lost" if verdict is None else await self._settle(run, *verdict)
-                self._job_finished(run, outcome, measured)
+                self._job_finished(run, outcome)
                 if self._on_outcome is not None:
                     await report_outcome(
                         self._on_outcome, ctx, outcome_of(outcome, run), run.error, run.log
@@ -1358,7 +1361,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             if outcome is None:
                 # run() was cancelled from outside, or something failed that is not an
                 # Exception: nothing was settled, and on_outcome is not called.
-                self._job_finished(run, "cancelled", measured)
+                self._job_finished(run, "cancelled")
             self._job_ended(run)
 
     def _schedule_heartbeat(self, run: JobRun, group: anyio.abc.TaskGroup) -> None:
@@ -1391,26 +1394,19 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             due=True,
         )
 
-    def _job_started(self, run: JobRun) -> bool:
-        """Count ``run`` in; return whether OTel metrics are on (read once: the +1 and the
-        -1 must go to the same place)."""
+    def _job_started(self, run: JobRun) -> None:
+        """Count ``run`` in."""
         run.started = anyio.current_time()
         run.ctx._state = self._state
         self._lane_metrics[run.lane].job_started()
-        metrics = _otel.metrics()
-        if metrics.enabled:
-            metrics.in_flight.add(1)
-            return True
-        return False
 
-    def _job_finished(self, run: JobRun, outcome: str, measured: bool) -> None:
+    def _job_finished(self, run: JobRun, outcome: str) -> None:
         """Count ``run`` out with its ``outcome`` (after its settle)."""
         job_type = run.ctx.job_type
         elapsed = anyio.current_time() - run.started
         self._lane_metrics[run.lane].job_finished(job_type, outcome, elapsed)
-        if measured:
-            metrics = _otel.metrics()
-            metrics.in_flight.add(-1)
+        metrics = _otel.metrics()
+        if metrics.enabled:
             metrics.duration.record(elapsed, {"job_type": job_type, "outcome": outcome})
 
     def _job_ended(self, run: JobRun) -> None:
