@@ -46,11 +46,16 @@ class JobRun:
     """
 
     ctx: JobCtx
-    #: The handler's scope (inside the heartbeat's), its deadline the job's timeout. A
+    #: The handler's own scope (inside the heartbeat's), made only when the job needs one
+    #: beside a shutdown's: its deadline is the job's timeout, and with a heartbeat a
     #: shutdown cancels only the handler, so the lease stays extended until the handler
     #: has returned (one that ignores the cancellation must not lose its job to another
-    #: worker meanwhile, and its nack needs the lease).
-    handler_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: worker meanwhile, and its nack needs the lease). Without either, a shutdown cancels
+    #: the job's task (:attr:`task`): one cancel scope fewer per job is about a tenth of
+    #: the memory a job in flight costs.
+    handler_scope: anyio.CancelScope | None = None
+    #: The job's task (set as it is started).
+    task: anyio.TaskHandle[None] | None = None
     #: The job's scope, the handler's and its heartbeat's, cancelled when the lease is
     #: lost: the heartbeat's task group's (set as it starts; None without a heartbeat).
     scope: anyio.CancelScope | None = None
@@ -93,7 +98,9 @@ class JobRun:
         if not self.lease_lost:
             self.lease_lost = True
             self.lost_reason = reason
-        (self.scope or self.handler_scope).cancel()
+        scope = self.scope or self.handler_scope
+        assert scope is not None  # lost only by a heartbeat, which has its job's scope
+        scope.cancel()
 
     def stop(self, reason: str) -> bool:
         """Cancel the handler because the worker shuts down; the job is then nacked for
@@ -105,7 +112,13 @@ class JobRun:
         if self.handler_done or self.lease_lost or self.stop_reason is not None:
             return False
         self.stop_reason = reason
-        self.handler_scope.cancel()
+        # The job's task when the handler has no scope of its own: the job's task then
+        # settles the job and lets the cancellation go on out (see Worker._job_task).
+        # (No task yet only while an eager task factory runs the job's first steps inside
+        # start_soon: Worker._start_job cancels it as soon as it has it.)
+        target = self.handler_scope or self.task
+        if target is not None:
+            target.cancel()
         return True
 
 

@@ -13,7 +13,9 @@ Shape (the reason this library exists)::
                 then a settle slot (and no token) until the ack or nack is done
                   └── the heartbeat's task group, whose cancel scope is the job's
                         ├── middleware, then the handler, in the handler's own scope
-                        │   (a shutdown cancels it; its deadline is the job's timeout)
+                        │   (a shutdown cancels it; its deadline is the job's timeout;
+                        │   with neither a timeout nor a heartbeat there is none, and a
+                        │   shutdown cancels the job's task: see JobRun.handler_scope)
                         └── the heartbeat (extends the lease; cancels the job if lost),
                             started there by the heartbeat timer when its first wait
                             is over (``_heartbeat_timer``: most jobs end before)
@@ -186,9 +188,9 @@ _EARLY_EMPTY_PAUSE = 0.25
 # cancellation: long enough for a retrying client, short enough that a dead
 # server can't hold a shutdown hostage.
 _SETTLE_TIMEOUT = 30.0
-# Stands in for the heartbeat's task group when a job has no heartbeat (reusable: a
-# nullcontext keeps no state).
-_NO_HEARTBEAT: contextlib.nullcontext[None] = contextlib.nullcontext()
+# Stands in for the heartbeat's task group when a job has no heartbeat, and for the
+# handler's scope when it has none (reusable: a nullcontext keeps no state).
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 # Every job task's name. One shared string: a name made per job (with its id) is one more
 # object alive per job in flight, and a job's log lines already carry its id.
 _JOB_TASK_NAME = "sepp-anyio job"
@@ -204,6 +206,21 @@ _MIN_REFUSED_BACKOFF = 1.0
 def _failure_backoff(attempt: int) -> float:
     """Delay before a job whose handler crashed (or is missing) runs again."""
     return float(min(2 ** min(attempt, 16), _MAX_FAILURE_BACKOFF))
+
+
+def _stopped_here(run: JobRun, exc: BaseException) -> bool:
+    """Whether ``exc`` is a shutdown's cancellation of ``run``'s own task (``JobRun.stop``
+    cancels the task when the handler has no scope of its own).
+
+    Only a cancellation, bare or grouped (a handler's own trio nursery), with the stop's
+    flag set: any other cancellation (``run()`` itself cancelled) is not the job's to end.
+    """
+    if run.stop_reason is None or run.handler_scope is not None:
+        return False
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(cancelled)[1] is None
+    return isinstance(exc, cancelled)
 
 
 def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -422,7 +439,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             order around every handler call, inside its timeout (see ``_middleware``).
         on_outcome: ``on_outcome(ctx, outcome, error)``, sync or async, called once per
             delivery with its :class:`~sepp_anyio.Outcome` after the settle; its own
-            failure is logged and changes nothing.
+            failure is logged and changes nothing. For a job a shutdown released it runs
+            shielded from the shutdown's cancellation, for at most 30 seconds, like the
+            nack before it.
 
     Raises:
         InvalidArgumentError: a bad argument, naming it (no queues, a queue name the server
@@ -1268,14 +1287,23 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
     # ------------------------------------------------------------ one job
 
     def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
-        run = JobRun(job.ctx, lane=lane)
+        # The handler gets a scope of its own only when a timeout or a heartbeat needs one
+        # (JobRun.handler_scope).
+        timed = self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
+        run = JobRun(
+            job.ctx,
+            lane=lane,
+            handler_scope=anyio.CancelScope() if timed or self._timer is not None else None,
+        )
         self._runs.add(run)
         lane.runs.add(run)
         lane.holding[run] = token
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))
-        tg.start_soon(self._job_task, job, run, name=_JOB_TASK_NAME)
+        run.task = task = tg.start_soon(self._job_task, job, run, name=_JOB_TASK_NAME)
+        if run.stop_reason is not None and run.handler_scope is None:
+            task.cancel()  # stopped while an eager task factory ran its first steps
 
     async def _job_task(self, job: Job, run: JobRun) -> None:
         """One job's task, start to end: in its log context and CONSUMER span, the
@@ -1286,7 +1314,10 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         The handler returns: ack; it raises ``HandlerError``: that directive; any other
         ``Exception``: a nack with backoff; then the flags of whoever cancelled it decide
         (:meth:`_verdict`). Cancellation from outside (``run()`` cancelled) and
-        non-``Exception`` errors propagate, the job unsettled.
+        non-``Exception`` errors propagate, the job unsettled. A handler without a scope of
+        its own is stopped by a shutdown cancelling this task: that cancellation is caught
+        as it leaves the handler (:func:`_stopped_here`), the job is nacked and reported,
+        shielded, and the cancellation is raised again at the end.
 
         One coroutine, not a chain of them, because every frame of a chain stays alive for
         as long as the handler runs: a worker with 10,000 jobs in flight keeps 10,000 of
@@ -1297,6 +1328,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         log_context = enter_job(ctx, self.worker_id)
         self._job_started(run)
         outcome: str | None = None  # None until settled (or found lost)
+        stopped: BaseException | None = None  # a shutdown's cancellation of this task
         try:
             span_of = _otel.process_span(ctx.trace_context, _span_attributes, ctx, self.worker_id)
             with span_of as span:
@@ -1306,8 +1338,10 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 # It is the deadline of the handler's scope: one scope for the timeout and
                 # a shutdown (cheaper per job than two); the flags tell them apart.
                 limit = self._timeouts.get(ctx.job_type, self._job_timeout)
+                scope = run.handler_scope  # made when there is a limit (_start_job)
                 if limit is not None:
-                    run.handler_scope.deadline = anyio.current_time() + limit
+                    assert scope is not None
+                    scope.deadline = anyio.current_time() + limit
                 handler = self._calls.get(ctx.job_type) or self._catch_all_call
                 if handler is None:
                     directive, reason = self._unhandled(run, span)
@@ -1315,15 +1349,14 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     # Without a heartbeat (nothing to watch) no task group is made.
                     timer = self._timer
                     async with (
-                        anyio.create_task_group() if timer is not None else _NO_HEARTBEAT
+                        anyio.create_task_group() if timer is not None else _NOTHING
                     ) as heartbeats:
                         if heartbeats is not None:
                             # Its scope is the job's: a lost lease cancels both. The
                             # heartbeat starts in it when its first wait is over.
                             run.scope = heartbeats.cancel_scope
                             self._schedule_heartbeat(run, heartbeats)
-                        scope = run.handler_scope
-                        with scope:
+                        with scope if scope is not None else _NOTHING:
                             try:
                                 if self._middleware:
                                     await call_through(self._middleware, handler, job.payload, ctx)
@@ -1336,11 +1369,18 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                                 run.error = exc
                                 directive = RetryDirective.after(_failure_backoff(ctx.attempt))
                                 reason = f"handler raised {type(exc).__name__}: {exc}"
+                            except BaseException as exc:
+                                if not _stopped_here(run, exc):
+                                    raise
+                                # A shutdown cancelled this very task (the handler has no
+                                # scope of its own): settle as for any shutdown, shielded,
+                                # then let the cancellation out of the task (below).
+                                stopped = exc
                             finally:
                                 # Read as the handler ends, inside its scope: set if the
                                 # deadline fired, whether the handler let the cancellation
                                 # out or not (a shutdown cancels the same scope, earlier).
-                                run.timed_out = (
+                                run.timed_out = scope is not None and (
                                     scope.cancel_called and anyio.current_time() >= scope.deadline
                                 )
                                 run.handler_done = True
@@ -1353,9 +1393,18 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                 outcome = "lease_lost" if verdict is None else await self._settle(run, *verdict)
                 self._job_finished(run, outcome)
                 if self._on_outcome is not None:
-                    await report_outcome(
+                    report = report_outcome(
                         self._on_outcome, ctx, outcome_of(outcome, run), run.error, run.log
                     )
+                    if run.stop_reason is None:
+                        await report
+                    else:
+                        # Released by a shutdown, which may have cancelled this very task
+                        # (_stopped_here): reported shielded, and bounded like the nack.
+                        with anyio.move_on_after(_SETTLE_TIMEOUT, shield=True):
+                            await report
+            if stopped is not None:
+                raise stopped
         finally:
             leave_job(log_context)
             if outcome is None:

@@ -4,6 +4,7 @@ and changes nothing. Both backends, virtual time."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 import pytest
+import trio
 
 from sepp_anyio import (
     HandlerError,
@@ -120,17 +122,51 @@ async def test_timed_out() -> None:
     assert outcomes.of(timed_out) == [(1, Outcome.TIMED_OUT, None), (2, Outcome.ACKED, None)]
 
 
-async def test_released() -> None:
+# With a heartbeat the shutdown cancels the handler's own scope; without one, the job's
+# task, whose (async) hook must then still be awaited to the end.
+@pytest.mark.parametrize("auto_extend", [True, False], ids=["heartbeat", "no-heartbeat"])
+async def test_released(auto_extend: bool) -> None:
     outcomes = Outcomes()
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
         started = anyio.Event()
-        worker = Worker(client, [QUEUE], auto_extend=True, on_outcome=outcomes.hook)
+        worker = Worker(client, [QUEUE], auto_extend=auto_extend, on_outcome=outcomes.hook)
 
         @worker.handler("held")
         async def held(payload: Payload | None, ctx: JobCtx) -> None:
             started.set()
             await anyio.sleep(3600)
+
+        [released] = await enqueue(client, job_type="held")
+        async with running(worker):
+            await started.wait()
+            worker.cancel_in_flight()
+            await spy.wait_for("nack")
+            await outcomes.wait(1)
+    assert outcomes.of(released) == [(1, Outcome.RELEASED, None)]
+
+
+async def test_released_from_a_handler_with_its_own_native_task_group() -> None:
+    """The shutdown's cancellation comes out of a trio nursery as a group of Cancelled
+    (asyncio's TaskGroup lets it out bare): the job is released all the same."""
+    outcomes = Outcomes()
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        started = anyio.Event()
+        worker = Worker(client, [QUEUE], on_outcome=outcomes.hook)
+
+        @worker.handler("held")
+        async def held(payload: Payload | None, ctx: JobCtx) -> None:
+            started.set()
+            native = anyio.lowlevel.current_token().native_token
+            if not isinstance(native, asyncio.AbstractEventLoop):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trio.sleep_forever)
+                    nursery.start_soon(trio.sleep_forever)
+            else:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(asyncio.sleep(3600))
+                    group.create_task(asyncio.sleep(3600))
 
         [released] = await enqueue(client, job_type="held")
         async with running(worker):
