@@ -9,7 +9,9 @@ a format string like ``"%(sepp_job_id)s %(message)s"`` works everywhere.
 How: a context variable set in each job's task, read by a LogRecord factory
 that wraps whatever factory was installed before (installed once, the first
 time a worker runs). No handler, filter, formatter or level is touched, so
-the application's logging configuration stays its own.
+the application's logging configuration stays its own. It is never reset: every
+task starts in a copy of its parent's context (on asyncio and on trio), so the
+value set in a job's task goes when the task does.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from typing import Any
 
 from ._model._job import JobCtx
 
-__all__ = ["JobLog", "current_job", "enter_job", "install_record_factory", "leave_job"]
+__all__ = ["JobLog", "current_job", "enter_job", "install_record_factory"]
 
-_current: contextvars.ContextVar[tuple[JobCtx, str] | None] = contextvars.ContextVar(
+_current: contextvars.ContextVar[JobCtx | None] = contextvars.ContextVar(
     "sepp_anyio_current_job", default=None
 )
 _install_lock = threading.Lock()
@@ -33,23 +35,17 @@ _installed = False
 
 def current_job() -> JobCtx | None:
     """The context of the job being handled in this task, or None."""
-    value = _current.get()
-    return None if value is None else value[0]
+    return _current.get()
 
 
-def enter_job(ctx: JobCtx, worker_id: str) -> contextvars.Token[tuple[JobCtx, str] | None]:
-    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`) until
-    :func:`leave_job` is given the token returned.
+def enter_job(ctx: JobCtx) -> None:
+    """Mark the current task as handling ``ctx`` (for logs and :func:`current_job`) for
+    the rest of its life: call it only in a task of the job's own.
 
-    Two functions rather than a context manager: this runs once per job, and a ``with``
-    keeps a bound ``__exit__`` (and the manager) alive for as long as the handler runs.
+    Not a context manager, and no token kept: this runs once per job, and whatever is
+    kept stays alive, per job in flight, for as long as the handler runs.
     """
-    return _current.set((ctx, worker_id))
-
-
-def leave_job(token: contextvars.Token[tuple[JobCtx, str] | None]) -> None:
-    """Undo the :func:`enter_job` that returned ``token`` (in the same task)."""
-    _current.reset(token)
+    _current.set(ctx)
 
 
 class JobLog(logging.LoggerAdapter[logging.Logger]):
@@ -79,16 +75,16 @@ def install_record_factory() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
-            value = _current.get()
-            if value is None:
+            ctx = _current.get()
+            if ctx is None:
                 record.sepp_job_id = record.sepp_job_type = record.sepp_attempt = None
                 record.sepp_worker_id = record.sepp_queue = None
             else:
-                ctx, worker_id = value
                 record.sepp_job_id = ctx.id
                 record.sepp_job_type = ctx.job_type
                 record.sepp_attempt = ctx.attempt
-                record.sepp_worker_id = worker_id
+                # The id the job was reserved under: the worker's.
+                record.sepp_worker_id = ctx.worker_id
                 record.sepp_queue = ctx.queue
             return record
 

@@ -137,7 +137,7 @@ from ._health._source import DEFAULT_MARGIN
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat, heartbeat_delay
-from ._logcontext import enter_job, install_record_factory, leave_job
+from ._logcontext import enter_job, install_record_factory
 from ._middleware import Middleware, call_through, check_middleware
 from ._model._checks import check_count, check_seconds, check_str
 from ._model._error_root import InvalidArgumentError
@@ -1325,7 +1325,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         the handler are plain functions, whose frames are gone while it runs.
         """
         ctx = job.ctx
-        log_context = enter_job(ctx, self.worker_id)
+        enter_job(ctx)  # in this task's own context: nothing to undo (_logcontext)
         self._job_started(run)
         outcome: str | None = None  # None until settled (or found lost)
         stopped: BaseException | None = None  # a shutdown's cancellation of this task
@@ -1406,7 +1406,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             if stopped is not None:
                 raise stopped
         finally:
-            leave_job(log_context)
             if outcome is None:
                 # run() was cancelled from outside, or something failed that is not an
                 # Exception: nothing was settled, and on_outcome is not called.

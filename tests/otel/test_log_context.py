@@ -49,3 +49,25 @@ async def test_records_inside_a_handler_carry_the_job(caplog: pytest.LogCaptureF
     formatter = logging.Formatter("%(sepp_job_id)s|%(sepp_attempt)s|%(message)s")
     assert formatter.format(inside) == f"{ack.job_id}|1|hello from the handler"
     assert formatter.format(outside) == "None|None|outside any job"
+
+
+async def test_a_jobs_context_stays_in_its_task(caplog: pytest.LogCaptureFixture) -> None:
+    """The job is set in its own task's context and never reset: a record logged by the
+    worker's own task once jobs have run (``stopped``) carries none."""
+    caplog.set_level(logging.INFO, logger="sepp_anyio.worker")
+    async with open_in_memory_client() as (client, _):
+        await client.enqueue_batch([sepp.EnqueueRequest("q", "t") for _ in range(3)])
+        worker = sepp.Worker(client, ["q"], wait=1.0)
+        handled: list[str] = []
+
+        @worker.handler("t")
+        async def handle(payload: sepp.Payload | None, ctx: sepp.JobCtx) -> None:
+            logging.getLogger("sepp_anyio.worker").info("handling")
+            handled.append(ctx.id)
+
+        await worker.run(until_idle=True)
+    handling = [r for r in caplog.records if r.getMessage() == "handling"]
+    assert sorted(r.sepp_job_id for r in handling) == sorted(handled)  # type: ignore[attr-defined]
+    assert len(handled) == 3
+    [stopped] = [r for r in caplog.records if r.getMessage().endswith(" stopped")]
+    assert stopped.sepp_job_id is None  # type: ignore[attr-defined]
