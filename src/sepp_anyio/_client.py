@@ -555,8 +555,13 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
+        await self._ack(ctx)
+
+    async def _ack(self, ctx: JobCtx, traced: bool | None = None) -> None:
+        """:meth:`ack`; the worker passes ``traced``, decided once for the reserve the job
+        came in (``_otel.tracing``)."""
         _check_ctx(ctx)
-        with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack")):
+        with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack"), traced):
             await self._unary(
                 "ack",
                 self._stub.ack,
@@ -590,7 +595,15 @@ class Client:
             )
         if not isinstance(reason, str):
             raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
-        with _otel.client_span("sepp.nack", lambda: self._settle_attributes(ctx, "nack")) as span:
+        return await self._nack(ctx, directive, reason)
+
+    async def _nack(
+        self, ctx: JobCtx, directive: RetryDirective, reason: str, traced: bool | None = None
+    ) -> bool:
+        """:meth:`nack` with its arguments checked; ``traced`` as for :meth:`_ack`."""
+        with _otel.client_span(
+            "sepp.nack", lambda: self._settle_attributes(ctx, "nack"), traced
+        ) as span:
             reply = await self._unary(
                 "nack",
                 self._stub.nack,

@@ -41,6 +41,7 @@ __all__ = [
     "metrics",
     "process_span",
     "trace_metadata",
+    "tracing",
 ]
 
 SYSTEM = "sepp"
@@ -187,19 +188,36 @@ def attach_trace_context(trace_context: TraceCarrier | None) -> Iterator[None]:
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext(None)
 
 
+def tracing() -> bool:
+    """Whether spans are made: the OpenTelemetry API is installed, and an SDK tracer
+    provider with it.
+
+    Asking costs about a microsecond while no SDK is installed (the API's getter looks
+    the environment up), so the worker asks once per reserve and passes the answer as
+    ``traced`` to the spans of that reserve's jobs.
+    """
+    api = _api()
+    return api is not None and _tracing(api)
+
+
 def client_span(
-    name: str, attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+    name: str,
+    attributes: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+    traced: bool | None = None,
 ) -> AbstractContextManager[Any]:
     """A CLIENT span around one RPC (None inside when OpenTelemetry is absent).
 
     ``attributes`` may be a function that builds them, called only when a span
     is made (the hot RPCs pass one: without an SDK nothing is built).
+    ``traced`` is :func:`tracing`'s answer when the caller has it (None: ask).
     An ``Exception`` marks the span as error and is recorded; cancellation
     and other ``BaseException``s end the span without an error status.
     """
-    api = _api()
-    if api is None or not _tracing(api):
+    if traced is None:
+        traced = tracing()
+    if not traced:
         return _NO_SPAN
+    api = _api()
     if callable(attributes):
         attributes = attributes()
     return _client_span(api, name, attributes)
@@ -223,6 +241,7 @@ def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator
 
 
 def process_span(
+    traced: bool,
     trace_context: TraceCarrier | None,
     attributes: Callable[..., Mapping[str, Any]],
     *args: Any,
@@ -234,12 +253,11 @@ def process_span(
     the caller sets its status, since it knows the job's outcome. The span's
     attributes are ``attributes(*args)``, called only when a span is made (a
     function and its arguments rather than a closure: nothing is built per job
-    when tracing is off).
+    when tracing is off). ``traced`` is :func:`tracing`'s answer.
     """
-    api = _api()
-    if api is None or not _tracing(api):
+    if not traced:
         return _NO_SPAN
-    return _process_span(api, trace_context, attributes(*args))
+    return _process_span(_api(), trace_context, attributes(*args))
 
 
 @contextlib.contextmanager

@@ -118,3 +118,63 @@ def test_only_the_public_opentelemetry_api_is_used() -> None:
         and isinstance(node.args[1], ast.Constant)
     ]
     assert not private_reads and not by_name, (private_reads, by_name)
+
+
+# A worker asks once per reserve: the job reserved before the SDK is installed has no
+# spans; the one reserved after has its process span and its ack's span.
+_WORKER = """
+import sys
+import anyio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import sepp_anyio as sepp
+from sepp_anyio.testing import open_in_memory_client
+
+spans = InMemorySpanExporter()
+
+async def main():
+    async with open_in_memory_client() as (client, _):
+        worker = sepp.Worker(client, ["q"], wait=1.0, max_jobs=1)
+        handled = []
+        more = anyio.Event()
+
+        @worker.handler("t")
+        async def handle(payload, ctx):
+            handled.append(ctx.id)
+            if len(handled) == 1:
+                provider = TracerProvider()
+                provider.add_span_processor(SimpleSpanProcessor(spans))
+                trace.set_tracer_provider(provider)
+                more.set()
+            else:
+                worker.shutdown()
+
+        await client.enqueue(sepp.EnqueueRequest("q", "t"))
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await more.wait()
+            await client.enqueue(sepp.EnqueueRequest("q", "t"))
+    names = sorted(span.name for span in spans.get_finished_spans()
+                   if span.name in ("sepp.process", "sepp.ack"))
+    ids = {span.attributes.get("messaging.message.id") for span in spans.get_finished_spans()
+           if span.name == "sepp.process"}
+    print(names, ids == {handled[1]})
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_running_worker_traces_from_its_next_reserve(backend: str) -> None:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER, backend],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "['sepp.ack', 'sepp.process'] True"
