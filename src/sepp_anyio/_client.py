@@ -460,7 +460,10 @@ class Client:
         }
         if worker_id:
             attributes["messaging.client.id"] = worker_id
-        with _otel.client_span("sepp.reserve", attributes) as span:
+        # Asked once for the reserve and for the jobs it brings (their process spans and
+        # settles): asking costs a lookup of the environment while no SDK is installed.
+        traced = _otel.tracing()
+        with _otel.client_span("sepp.reserve", attributes, traced) as span:
             reply = await self._unary(
                 "reserve",
                 self._reserve_rpc,
@@ -473,6 +476,8 @@ class Client:
         jobs, errors = _convert.jobs_from_pb(
             reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
         )
+        for job in jobs:
+            job.ctx._traced = traced
         if errors:
             await self._dead_letter_unreadable(errors, worker_id=worker_id)
         return jobs
@@ -555,13 +560,10 @@ class Client:
             AttemptMismatchError: the job was redelivered to someone else.
             ClientError: the call failed.
         """
-        await self._ack(ctx)
-
-    async def _ack(self, ctx: JobCtx, traced: bool | None = None) -> None:
-        """:meth:`ack`; the worker passes ``traced``, decided once for the reserve the job
-        came in (``_otel.tracing``)."""
         _check_ctx(ctx)
-        with _otel.client_span("sepp.ack", lambda: self._settle_attributes(ctx, "ack"), traced):
+        with _otel.client_span(
+            "sepp.ack", lambda: self._settle_attributes(ctx, "ack"), ctx._traced
+        ):
             await self._unary(
                 "ack",
                 self._stub.ack,
@@ -595,14 +597,8 @@ class Client:
             )
         if not isinstance(reason, str):
             raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
-        return await self._nack(ctx, directive, reason)
-
-    async def _nack(
-        self, ctx: JobCtx, directive: RetryDirective, reason: str, traced: bool | None = None
-    ) -> bool:
-        """:meth:`nack` with its arguments checked; ``traced`` as for :meth:`_ack`."""
         with _otel.client_span(
-            "sepp.nack", lambda: self._settle_attributes(ctx, "nack"), traced
+            "sepp.nack", lambda: self._settle_attributes(ctx, "nack"), ctx._traced
         ) as span:
             reply = await self._unary(
                 "nack",
@@ -630,7 +626,9 @@ class Client:
         """
         _check_ctx(ctx)
         seconds = check_seconds(seconds, "seconds", minimum="millisecond")
-        with _otel.client_span("sepp.extend", lambda: self._settle_attributes(ctx, "extend")):
+        with _otel.client_span(
+            "sepp.extend", lambda: self._settle_attributes(ctx, "extend"), ctx._traced
+        ):
             reply = await self._unary(
                 "extend",
                 self._stub.extend,

@@ -56,8 +56,6 @@ class JobRun:
     handler_scope: anyio.CancelScope | None = None
     #: The job's task (set as it is started).
     task: anyio.TaskHandle[None] | None = None
-    #: Whether the job's spans are made (``_otel.tracing``, asked once per reserve).
-    traced: bool = False
     #: The job's scope, the handler's and its heartbeat's, cancelled when the lease is
     #: lost: the heartbeat's task group's (set as it starts; None without a heartbeat).
     scope: anyio.CancelScope | None = None

@@ -193,8 +193,8 @@ def tracing() -> bool:
     provider with it.
 
     Asking costs about a microsecond while no SDK is installed (the API's getter looks
-    the environment up), so the worker asks once per reserve and passes the answer as
-    ``traced`` to the spans of that reserve's jobs.
+    the environment up), so a reserve asks once, for itself and for the spans of the
+    jobs it brings (``JobCtx._traced``).
     """
     api = _api()
     return api is not None and _tracing(api)
@@ -241,7 +241,7 @@ def _client_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator
 
 
 def process_span(
-    traced: bool,
+    traced: bool | None,
     trace_context: TraceCarrier | None,
     attributes: Callable[..., Mapping[str, Any]],
     *args: Any,
@@ -253,8 +253,10 @@ def process_span(
     the caller sets its status, since it knows the job's outcome. The span's
     attributes are ``attributes(*args)``, called only when a span is made (a
     function and its arguments rather than a closure: nothing is built per job
-    when tracing is off). ``traced`` is :func:`tracing`'s answer.
+    when tracing is off). ``traced`` is :func:`tracing`'s answer (None: ask).
     """
+    if traced is None:
+        traced = tracing()
     if not traced:
         return _NO_SPAN
     return _process_span(_api(), trace_context, attributes(*args))

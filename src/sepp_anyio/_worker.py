@@ -1119,7 +1119,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     await self._idle_or_next(lane, quiet, finished)
                 continue
             lane.idle_at = None
-            traced = _otel.tracing()  # once for the batch: asking costs (_otel.tracing)
             for index, job in enumerate(jobs):
                 token: object = first if index == 0 else object()
                 if index:
@@ -1131,7 +1130,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     except anyio.WouldBlock:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
-                self._start_job(tg, lane, token, job, traced)
+                self._start_job(tg, lane, token, job)
             self._took(len(jobs))
 
     def _took(self, count: int) -> None:
@@ -1287,9 +1286,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
 
     # ------------------------------------------------------------ one job
 
-    def _start_job(
-        self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job, traced: bool
-    ) -> None:
+    def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
         # The handler gets a scope of its own only when a timeout or a heartbeat needs one
         # (JobRun.handler_scope).
         timed = self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
@@ -1297,7 +1294,6 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             job.ctx,
             lane=lane,
             handler_scope=anyio.CancelScope() if timed or self._timer is not None else None,
-            traced=traced,
         )
         self._runs.add(run)
         lane.runs.add(run)
@@ -1335,7 +1331,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         stopped: BaseException | None = None  # a shutdown's cancellation of this task
         try:
             span_of = _otel.process_span(
-                run.traced, ctx.trace_context, _span_attributes, ctx, self.worker_id
+                ctx._traced, ctx.trace_context, _span_attributes, ctx, self.worker_id
             )
             with span_of as span:
                 directive: RetryDirective | None = None  # None: ack
@@ -1607,7 +1603,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             bound.deadline = anyio.current_time() + _SETTLE_TIMEOUT
             try:
                 if directive is None:
-                    await self._client._ack(ctx, run.traced)
+                    await self._client.ack(ctx)
                     lane.processed += 1
                     if metrics.enabled:
                         metrics.processed.add(1, labels)
@@ -1615,7 +1611,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                         run.log.debug("acked")
                     return "ack"
                 await self._wait_for_cancelled_reserve(lane)
-                dead = await self._client._nack(ctx, directive, reason, run.traced)
+                dead = await self._client.nack(ctx, directive, reason)
                 outcome = "dead_letter" if dead else "retry"
                 if metrics.enabled:
                     metrics.nacked.add(1, {**labels, "outcome": outcome})

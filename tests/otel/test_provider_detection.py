@@ -120,7 +120,7 @@ def test_only_the_public_opentelemetry_api_is_used() -> None:
     assert not private_reads and not by_name, (private_reads, by_name)
 
 
-# A worker asks once per reserve: the job reserved before the SDK is installed has no
+# A reserve asks once, for its jobs too: the job reserved before the SDK is installed has no
 # spans; the one reserved after has its process span and its ack's span.
 _WORKER = """
 import sys
@@ -136,7 +136,8 @@ spans = InMemorySpanExporter()
 
 async def main():
     async with open_in_memory_client() as (client, _):
-        worker = sepp.Worker(client, ["q"], wait=1.0, max_jobs=1)
+        # One in flight: the second reserve goes out only once the first handler is done.
+        worker = sepp.Worker(client, ["q"], wait=1.0, max_in_flight=1)
         handled = []
         more = anyio.Event()
 

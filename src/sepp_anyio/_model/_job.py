@@ -82,6 +82,9 @@ class JobCtx(Generic[StateT_co]):
     _lease: _LeaseLike | None = field(default=None, repr=False, compare=False)
     # Set by the worker before the handler runs (its lifespan's value).
     _state: Any = field(default=None, repr=False, compare=False)
+    # Whether the job's spans are made (its process span, ack, nack, extensions): decided
+    # once by the reserve that brought it (``_otel.tracing``); None asks at each span.
+    _traced: bool | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> StateT_co:
