@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,10 +122,32 @@ async def test_timed_out() -> None:
     assert outcomes.of(timed_out) == [(1, Outcome.TIMED_OUT, None), (2, Outcome.ACKED, None)]
 
 
+async def _sleep() -> None:
+    await anyio.sleep(3600)
+
+
+async def _sleep_in_a_native_task_group() -> None:
+    """A shutdown's cancellation comes out of a trio nursery as a group of Cancelled
+    (asyncio's TaskGroup lets it out bare)."""
+    native = anyio.lowlevel.current_token().native_token
+    if not isinstance(native, asyncio.AbstractEventLoop):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(trio.sleep_forever)
+    else:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(asyncio.sleep(3600))
+            group.create_task(asyncio.sleep(3600))
+
+
 # With a heartbeat the shutdown cancels the handler's own scope; without one, the job's
 # task, whose (async) hook must then still be awaited to the end.
-@pytest.mark.parametrize("auto_extend", [True, False], ids=["heartbeat", "no-heartbeat"])
-async def test_released(auto_extend: bool) -> None:
+@pytest.mark.parametrize(
+    ("auto_extend", "hold"),
+    [(True, _sleep), (False, _sleep), (False, _sleep_in_a_native_task_group)],
+    ids=["heartbeat", "no-heartbeat", "no-heartbeat-native-task-group"],
+)
+async def test_released(auto_extend: bool, hold: Callable[[], Awaitable[None]]) -> None:
     outcomes = Outcomes()
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
@@ -135,38 +157,7 @@ async def test_released(auto_extend: bool) -> None:
         @worker.handler("held")
         async def held(payload: Payload | None, ctx: JobCtx) -> None:
             started.set()
-            await anyio.sleep(3600)
-
-        [released] = await enqueue(client, job_type="held")
-        async with running(worker):
-            await started.wait()
-            worker.cancel_in_flight()
-            await spy.wait_for("nack")
-            await outcomes.wait(1)
-    assert outcomes.of(released) == [(1, Outcome.RELEASED, None)]
-
-
-async def test_released_from_a_handler_with_its_own_native_task_group() -> None:
-    """The shutdown's cancellation comes out of a trio nursery as a group of Cancelled
-    (asyncio's TaskGroup lets it out bare): the job is released all the same."""
-    outcomes = Outcomes()
-    async with open_in_memory_client() as (client, engine):
-        spy = EngineSpy(engine)
-        started = anyio.Event()
-        worker = Worker(client, [QUEUE], on_outcome=outcomes.hook)
-
-        @worker.handler("held")
-        async def held(payload: Payload | None, ctx: JobCtx) -> None:
-            started.set()
-            native = anyio.lowlevel.current_token().native_token
-            if not isinstance(native, asyncio.AbstractEventLoop):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(trio.sleep_forever)
-                    nursery.start_soon(trio.sleep_forever)
-            else:
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(asyncio.sleep(3600))
-                    group.create_task(asyncio.sleep(3600))
+            await hold()
 
         [released] = await enqueue(client, job_type="held")
         async with running(worker):
