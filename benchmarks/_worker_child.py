@@ -9,8 +9,11 @@ server address and the scenario:
   enqueue the jobs, then time a worker whose handler returns at once or awaits ``sleep``
   seconds, from its start until ``run()`` returns after the last job was handled and every
   ack was sent (the last handler asks for shutdown). One connection for all rows, after a
-  warm-up. -> per row ``jobs_per_s``, ``cpu_ms`` (this process's CPU ms per job) and
-  ``jobs_per_reserve``.
+  warm-up. -> per row ``jobs_per_s``, ``cpu_ms`` (this process's CPU ms per job),
+  ``jobs_per_reserve`` and ``handler_ms`` (the handler's own mean duration, as its event
+  loop's timers make it: a 10 ms sleep lasts longer); and, once, ``reserve_ms``: the median
+  round trip of a reserve of one ready job with nothing else on the connection (the least
+  any reserve can take), for the ceiling ``worker.py`` computes.
 * ``latency``: an idle worker parked in its long poll; ``samples`` times, one job is
   enqueued (from a second connection in the same process) and the time from just before the
   enqueue call to the handler's first line is recorded. -> ``p50_ms``, ``p99_ms``.
@@ -36,6 +39,7 @@ from typing import Any
 
 BATCH = 256
 WARMUP_JOBS = 200
+RTT_SAMPLES = 40
 
 
 def _cpu() -> float:
@@ -88,7 +92,9 @@ async def _ours(spec: dict[str, Any]) -> Any:
         async def handler(payload: Payload | None, ctx: JobCtx) -> None:
             nonlocal handled
             if sleep:
+                began = time.perf_counter()
                 await anyio.sleep(sleep)
+                slept[0] += time.perf_counter() - began
             handled += 1
             if handled == jobs:
                 worker.shutdown()
@@ -101,7 +107,20 @@ async def _ours(spec: dict[str, Any]) -> Any:
         reserves[0] = worker.statistics().reserves
         return elapsed
 
+    async def bare_reserve_ms(client: Client) -> float:
+        queue = _queue()
+        await enqueue(client, queue, RTT_SAMPLES)
+        samples = []
+        for _ in range(RTT_SAMPLES):
+            began = time.perf_counter()
+            jobs = await client.reserve([queue], lease=30.0, wait=1.0, max_jobs=1)
+            samples.append(time.perf_counter() - began)
+            for job in jobs:
+                await client.ack(job.ctx)
+        return statistics.median(samples) * 1000
+
     reserves = [0]
+    slept = [0.0]
     async with sepp_anyio.connect(address) as client:
         scenario = spec["scenario"]
         if scenario == "throughput":
@@ -109,6 +128,7 @@ async def _ours(spec: dict[str, Any]) -> Any:
             results = []
             for jobs, max_in_flight, sleep in spec["rows"]:
                 cpu = _cpu()
+                slept[0] = 0.0
                 elapsed = await throughput(client, jobs, max_in_flight, sleep)
                 cpu = _cpu() - cpu
                 results.append(
@@ -116,8 +136,10 @@ async def _ours(spec: dict[str, Any]) -> Any:
                         "jobs_per_s": jobs / elapsed,
                         "cpu_ms": cpu / jobs * 1000,
                         "jobs_per_reserve": jobs / reserves[0],
+                        "handler_ms": slept[0] / jobs * 1000,
                     }
                 )
+            results[0]["reserve_ms"] = await bare_reserve_ms(client)
             return results
 
         if scenario == "latency":
@@ -211,7 +233,9 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
         async def handler(payload: Payload | None, ctx: JobCtx) -> None:
             nonlocal handled
             if sleep:
+                began = time.perf_counter()
                 await asyncio.sleep(sleep)
+                slept[0] += time.perf_counter() - began
             handled += 1
             if handled == jobs:
                 stops[0].shutdown()
@@ -233,6 +257,23 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
         return await real_reserve(options)
 
     client.reserve = counted_reserve  # type: ignore[method-assign,assignment]
+
+    async def bare_reserve_ms() -> float:
+        queue = _queue()
+        await enqueue(client, queue, RTT_SAMPLES)
+        options = ReserveOptions(
+            [queue], timedelta(seconds=30), wait_timeout=timedelta(seconds=1), max_jobs=1
+        )
+        samples = []
+        for _ in range(RTT_SAMPLES):
+            began = time.perf_counter()
+            jobs = await real_reserve(options)
+            samples.append(time.perf_counter() - began)
+            for job in jobs or ():
+                await client.ack(job.ctx)
+        return statistics.median(samples) * 1000
+
+    slept = [0.0]
     try:
         scenario = spec["scenario"]
         if scenario == "throughput":
@@ -241,6 +282,7 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
             for jobs, max_in_flight, sleep in spec["rows"]:
                 cpu = _cpu()
                 reserves[0] = 0
+                slept[0] = 0.0
                 elapsed = await throughput(client, jobs, max_in_flight, sleep)
                 cpu = _cpu() - cpu
                 results.append(
@@ -248,8 +290,10 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
                         "jobs_per_s": jobs / elapsed,
                         "cpu_ms": cpu / jobs * 1000,
                         "jobs_per_reserve": jobs / reserves[0],
+                        "handler_ms": slept[0] / jobs * 1000,
                     }
                 )
+            results[0]["reserve_ms"] = await bare_reserve_ms()
             return results
 
         if scenario == "latency":

@@ -21,6 +21,13 @@ Reported:
   (``_latency_proxy.py``, its own process) that delays each direction by that much, so a
   round trip costs twice the delay more, as between two machines (0 ms still goes through
   the proxy, for the same hop);
+* for the rows whose handler sleeps, the ceiling of each client: no worker that reserves
+  only the capacity it has free can beat ``max_in_flight / (handler + reserve)`` jobs/s,
+  where ``handler`` is how long the handler's sleep really lasts on that client's event
+  loop and ``reserve`` the round trip of an unloaded one-job reserve through the same
+  proxy, both measured in the same run (a token is held from the reserve that brings its
+  job until the handler is over; Little's law does the rest). Where 1.2 times sepp-py's
+  rate is above that ceiling, no reserve loop can reach 1.2x there;
 * enqueue-to-handler-start latency (p50/p99) of an idle worker parked in its long poll;
 * memory with 10,000 jobs in flight at once (RSS then, and its growth over the same process
   before the worker started).
@@ -179,6 +186,26 @@ def main() -> None:
                 for kind in KINDS
             ]
             print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
+
+    print(
+        "\nCeiling of the rows whose handler sleeps: max_in_flight / (handler + reserve), "
+        "jobs/s, from each client's own mean handler duration and unloaded one-job reserve "
+        f"round trip in its best round; and 1.2 times {BASELINE}'s rate (its best round)\n"
+    )
+    print("| latency | handler, max_in_flight | " + " | ".join(KINDS) + " | 1.2x sepp-py |")
+    print("|---|---|" + "---|" * (len(KINDS) + 1))
+    for delay in delays:
+        for index, (label, _, max_in_flight, sleep) in enumerate(THROUGHPUT_ROWS):
+            if not sleep:
+                continue
+            cells = []
+            for kind in KINDS:
+                best = max(throughput[delay][kind], key=lambda runs: runs[index]["jobs_per_s"])
+                handler_ms, reserve_ms = best[index]["handler_ms"], best[0]["reserve_ms"]
+                ceiling = max_in_flight / (handler_ms + reserve_ms) * 1000
+                cells.append(f"{ceiling:.0f} ({handler_ms:.2f} + {reserve_ms:.2f} ms)")
+            base = max(runs[index]["jobs_per_s"] for runs in throughput[delay][BASELINE])
+            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + f" | {1.2 * base:.0f} |")
 
     print(
         f"\nEnqueue-to-handler-start latency of an idle worker in long poll, ms "

@@ -63,6 +63,20 @@ asyncio runs ready tasks in the order they became ready, so one yield is enough;
 runs each batch of ready tasks in a random direction, so a job yields twice there. With
 no-op handlers and 128 in flight this is about a quarter more jobs a second.
 
+What the order cannot do: a server with group commit (the reference server is one) that
+reads the reserve and the acks behind it in one piece commits them as one group and
+answers them together, so the reserve's reply still waits for the acks' work. With 16
+ten-millisecond handlers ending together, a reserve through ``benchmarks/worker.py``'s
+proxy at 0 ms took 2-5 ms instead of the 0.75-0.95 ms of an unloaded one. Holding each ack
+until the reserve its token woke is answered avoids that (it halved the round trip), but
+keeps every settle slot busy for a reserve and an ack instead of an ack: in an A/B of two
+runs, the no-op rows at 1 and 16 in flight lost a third to a half of their rate and the
+10-ms row at 128 a quarter, so the worker does not hold them. No reserve loop that
+reserves only free capacity can pass ``max_in_flight / (handler + unloaded reserve round
+trip)`` jobs a second (a token is held from the reserve that brings its job until the
+handler ends); ``benchmarks/worker.py`` prints that bound next to each row whose handler
+sleeps.
+
 Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
 which one is decided once, at registration (a ``functools.partial`` of either, a bound
 method and an object whose ``__call__`` is ``async def`` count as what they wrap). An
