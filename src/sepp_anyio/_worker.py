@@ -71,11 +71,14 @@ proxy at 0 ms took 2-5 ms instead of the 0.75-0.95 ms of an unloaded one. Holdin
 until the reserve its token woke is answered avoids that (it halved the round trip), but
 keeps every settle slot busy for a reserve and an ack instead of an ack: in an A/B of two
 runs, the no-op rows at 1 and 16 in flight lost a third to a half of their rate and the
-10-ms row at 128 a quarter, so the worker does not hold them. No reserve loop that
-reserves only free capacity can pass ``max_in_flight / (handler + unloaded reserve round
-trip)`` jobs a second (a token is held from the reserve that brings its job until the
-handler ends); ``benchmarks/worker.py`` prints that bound next to each row whose handler
-sleeps.
+10-ms row at 128 a quarter, so the worker does not hold them. Holding them only while a
+lane's reserves are more than two round trips apart (measured per lane) kept the 10-ms
+rows at 1 and 16 in flight where they were and cost up to a tenth elsewhere (one A/B of
+two rounds, on a day the round trips were twice as long), so that is not done either.
+No reserve loop that reserves only free capacity can pass ``max_in_flight / (handler +
+unloaded reserve round trip)`` jobs a second (a token is held from the reserve that brings
+its job until the handler ends); ``benchmarks/worker.py`` prints that bound next to each
+row whose handler sleeps.
 
 Handlers are ``async def handler(payload, ctx)`` or plain ``def handler(payload, ctx)``;
 which one is decided once, at registration (a ``functools.partial`` of either, a bound
