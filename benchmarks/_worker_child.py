@@ -9,7 +9,9 @@ server address and the scenario:
   enqueue the jobs, then time a worker whose handler returns at once or awaits ``sleep``
   seconds, from its start until ``run()`` returns after the last job was handled and every
   ack was sent (the last handler asks for shutdown). One connection for all rows, after a
-  warm-up. -> per row ``jobs_per_s``, ``cpu_ms`` (this process's CPU ms per job),
+  warm-up. -> per row ``jobs_per_s``, ``cpu_ms`` (this process's CPU ms per job, over the
+  worker's run only), the same for each process named in the spec's ``watch`` (name -> pid:
+  ``server_cpu_ms``, ``proxy_cpu_ms``),
   ``jobs_per_reserve`` and ``handler_ms`` (the handler's own mean duration, as its event
   loop's timers make it: a 10 ms sleep lasts longer); and, once, ``reserve_ms``: the median
   round trip of a reserve of one ready job with nothing else on the connection (the least
@@ -45,6 +47,36 @@ RTT_SAMPLES = 40
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of another process on this machine, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of this process and of the watched ones (the server, the proxy) over one
+    worker run, so that a row's CPU excludes its enqueueing."""
+
+    def __init__(self, watch: dict[str, int]) -> None:
+        self.watch = watch
+        self.spent: dict[str, float] = {}
+        self._start: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        return {"worker": _cpu(), **{name: _proc_cpu(pid) for name, pid in self.watch.items()}}
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def stop(self) -> None:
+        now = self._now()
+        self.spent = {name: now[name] - began for name, began in self._start.items()}
+
+    def per_job_ms(self, jobs: int) -> dict[str, float]:
+        return {f"{name}_cpu_ms": self.spent[name] / jobs * 1000 for name in self.watch}
 
 
 def _rss_mb() -> float:
@@ -100,9 +132,11 @@ async def _ours(spec: dict[str, Any]) -> Any:
                 worker.shutdown()
 
         worker.handle("t", handler)
+        meter.start()
         started = time.perf_counter()
         await worker.run()
         elapsed = time.perf_counter() - started
+        meter.stop()
         assert worker.statistics().processed == jobs, worker.statistics()
         reserves[0] = worker.statistics().reserves
         return elapsed
@@ -121,20 +155,20 @@ async def _ours(spec: dict[str, Any]) -> Any:
 
     reserves = [0]
     slept = [0.0]
+    meter = CpuMeter(spec.get("watch", {}))
     async with sepp_anyio.connect(address) as client:
         scenario = spec["scenario"]
         if scenario == "throughput":
             await throughput(client, WARMUP_JOBS, 16, 0.0)
             results = []
             for jobs, max_in_flight, sleep in spec["rows"]:
-                cpu = _cpu()
                 slept[0] = 0.0
                 elapsed = await throughput(client, jobs, max_in_flight, sleep)
-                cpu = _cpu() - cpu
                 results.append(
                     {
                         "jobs_per_s": jobs / elapsed,
-                        "cpu_ms": cpu / jobs * 1000,
+                        "cpu_ms": meter.spent["worker"] / jobs * 1000,
+                        **meter.per_job_ms(jobs),
                         "jobs_per_reserve": jobs / reserves[0],
                         "handler_ms": slept[0] / jobs * 1000,
                     }
@@ -242,9 +276,11 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
 
         worker = make_worker(client, queue, max_in_flight, handler)
         stops.append(worker.shutdown_handle())
+        meter.start()
         started = time.perf_counter()
         await worker.run()
         elapsed = time.perf_counter() - started
+        meter.stop()
         assert handled == jobs
         return elapsed
 
@@ -274,21 +310,21 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
         return statistics.median(samples) * 1000
 
     slept = [0.0]
+    meter = CpuMeter(spec.get("watch", {}))
     try:
         scenario = spec["scenario"]
         if scenario == "throughput":
             await throughput(client, WARMUP_JOBS, 16, 0.0)
             results = []
             for jobs, max_in_flight, sleep in spec["rows"]:
-                cpu = _cpu()
                 reserves[0] = 0
                 slept[0] = 0.0
                 elapsed = await throughput(client, jobs, max_in_flight, sleep)
-                cpu = _cpu() - cpu
                 results.append(
                     {
                         "jobs_per_s": jobs / elapsed,
-                        "cpu_ms": cpu / jobs * 1000,
+                        "cpu_ms": meter.spent["worker"] / jobs * 1000,
+                        **meter.per_job_ms(jobs),
                         "jobs_per_reserve": jobs / reserves[0],
                         "handler_ms": slept[0] / jobs * 1000,
                     }

@@ -9,9 +9,9 @@ part cached by the encoder, a per-call ``grpc-timeout`` never indexed), one DATA
 with END_STREAM; the answer is response headers, one DATA frame and trailers, and the
 received DATA is acknowledged.
 
-* client role: our client, h2 configured as the transport configures it (header
-  validation and normalisation off, raw bytes), and that h2 with the speed-ups of
-  today's transport (``sepp_anyio._transport._connection``), each against an h2 server;
+* client role: our client, and h2 configured as the transport configured it before it ran
+  on our core (header validation and normalisation off, raw bytes), each against an h2
+  server;
 * server role: our server, and h2 with its default (validating) configuration as
   grpclib's server uses it, each against an h2 client.
 
@@ -139,50 +139,6 @@ def client_h2(calls: int, batch: int) -> float:
     return spent
 
 
-def client_h2_transport(calls: int, batch: int) -> float:
-    """h2 with the speed-ups today's transport adds (``_transport/_connection.py``: a fast
-    path for DATA and HEADERS, cached header encoding and decoding)."""
-    from sepp_anyio._transport._connection import Connection as Transport
-
-    class _NoStream:
-        async def send(self, data: bytes) -> None:  # pragma: no cover (never called)
-            raise AssertionError
-
-    transport = Transport(
-        _NoStream(),  # type: ignore[arg-type]
-        label="bench",
-        max_receive_message_bytes=1 << 24,
-        keepalive_interval=None,
-        keepalive_timeout=1.0,
-    )
-    client, encoder = transport.h2, transport.encoder
-    server = _h2_server()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    spent = 0.0
-    clock = time.process_time
-    timeout = hpack.NeverIndexedHeaderTuple(*TIMEOUT)
-    for _ in range(calls // batch):
-        started = clock()
-        for _ in range(batch):
-            stream_id = client.get_next_available_stream_id()
-            encoder.expect_prefix(b"ack", len(REQUEST))
-            client.send_headers(stream_id, [*REQUEST, timeout])
-            client.send_data(stream_id, BODY, end_stream=True)
-        request = client.data_to_send()
-        spent += clock() - started
-        reply = _h2_serve(server, request)
-        started = clock()
-        for event in client.receive_data(reply):
-            if type(event) is h2.events.DataReceived and event.flow_controlled_length:
-                client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        updates = client.data_to_send()
-        spent += clock() - started
-        server.receive_data(updates)
-    return spent
-
-
 def _h2_request(client: h2.connection.H2Connection, batch: int) -> bytes:
     timeout = hpack.NeverIndexedHeaderTuple(*TIMEOUT)
     for _ in range(batch):
@@ -269,7 +225,7 @@ def server_h2(calls: int, batch: int) -> float:
 
 
 CASES: dict[str, tuple[Callable[[int, int], float], ...]] = {
-    "client": (client_ours, client_h2, client_h2_transport),
+    "client": (client_ours, client_h2),
     "server": (server_ours, server_h2),
 }
 
@@ -280,11 +236,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, nargs="*", default=[1, 32])
     args = parser.parse_args()
-    print(
-        "| role | calls per read | ours (us/call) | h2 (us/call) | ours / h2 |"
-        " h2 + transport speed-ups (us/call) | ours / that |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| role | calls per read | ours (us/call) | h2 (us/call) | ours / h2 |")
+    print("| --- | --- | --- | --- | --- |")
     for role, runners in CASES.items():
         for batch in args.batch:
             best = [float("inf")] * len(runners)
@@ -292,12 +245,7 @@ def main() -> None:
                 for index, runner in enumerate(runners):
                     cost = runner(args.calls, batch) / args.calls * 1e6
                     best[index] = min(best[index], cost)
-            row = f"| {role} | {batch} | {best[0]:.1f} | {best[1]:.1f} | {best[0] / best[1]:.2f} |"
-            if len(best) > 2:
-                row += f" {best[2]:.1f} | {best[0] / best[2]:.2f} |"
-            else:
-                row += " | |"
-            print(row)
+            print(f"| {role} | {batch} | {best[0]:.1f} | {best[1]:.1f} | {best[0] / best[1]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ Reported:
   proxy, both measured in the same run (a token is held from the reserve that brings its
   job until the handler is over; Little's law does the rest). Where 1.2 times sepp-py's
   rate is above that ceiling, no reserve loop can reach 1.2x there;
+* for every row, the CPU per job of each process on the machine (the worker, the server,
+  the proxy; over the worker's run only, so enqueueing is not counted) and the machine's
+  cores divided by their sum: where the rate is near that, the machine's CPU is the limit,
+  and a client gains only by costing less CPU per job, its own or the server's;
 * enqueue-to-handler-start latency (p50/p99) of an idle worker parked in its long poll;
 * memory with 10,000 jobs in flight at once (RSS then, and its growth over the same process
   before the worker started).
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -143,8 +148,9 @@ def main() -> None:
             for delay in delays:
                 proxy = Proxy(server.address, delay)
                 try:
+                    watch = {"server": server.pid, "proxy": proxy.process.pid}
                     for kind in KINDS:
-                        where = {"kind": kind, "address": proxy.address}
+                        where = {"kind": kind, "address": proxy.address, "watch": watch}
                         results = run_child({**where, "scenario": "throughput", "rows": rows})
                         throughput[delay][kind].append(results)
                         for (label, *_), result in zip(THROUGHPUT_ROWS, results, strict=True):
@@ -204,8 +210,31 @@ def main() -> None:
                 handler_ms, reserve_ms = best[index]["handler_ms"], best[0]["reserve_ms"]
                 ceiling = max_in_flight / (handler_ms + reserve_ms) * 1000
                 cells.append(f"{ceiling:.0f} ({handler_ms:.2f} + {reserve_ms:.2f} ms)")
-            base = max(runs[index]["jobs_per_s"] for runs in throughput[delay][BASELINE])
-            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + f" | {1.2 * base:.0f} |")
+            baseline = max(runs[index]["jobs_per_s"] for runs in throughput[delay][BASELINE])
+            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + f" | {1.2 * baseline:.0f} |")
+
+    cores = os.cpu_count() or 1
+    print(
+        f"\nCPU ms per job of every process on the machine's {cores} cores, worker + server + "
+        f"proxy (best round's), and {cores} cores / that sum: the most jobs/s the machine "
+        "can carry for that client, whatever its reserve loop does\n"
+    )
+    print("| latency | handler, max_in_flight | " + " | ".join(KINDS) + " |")
+    print("|---|---|" + "---|" * len(KINDS))
+    for delay in delays:
+        for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
+            cells = []
+            for kind in KINDS:
+                best = max(throughput[delay][kind], key=lambda runs: runs[index]["jobs_per_s"])
+                row = best[index]
+                parts = [row["cpu_ms"], row["server_cpu_ms"], row["proxy_cpu_ms"]]
+                total = sum(parts)
+                cells.append(
+                    f"{total:.2f} = "
+                    + " + ".join(f"{part:.2f}" for part in parts)
+                    + f" ({cores / total * 1000:.0f}/s)"
+                )
+            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
 
     print(
         f"\nEnqueue-to-handler-start latency of an idle worker in long poll, ms "
