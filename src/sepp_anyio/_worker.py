@@ -75,6 +75,11 @@ runs, the no-op rows at 1 and 16 in flight lost a third to a half of their rate 
 lane's reserves are more than two round trips apart (measured per lane) kept the 10-ms
 rows at 1 and 16 in flight where they were and cost up to a tenth elsewhere (one A/B of
 two rounds, on a day the round trips were twice as long), so that is not done either.
+Nor is a second reserve in flight per lane (each reserve holding the tokens it asks for,
+so the rule still holds): with 128 ten-millisecond handlers the reserves do wait tens of
+milliseconds behind the acks, but there the two cores of the benchmark's machine are
+spent (worker, server and proxy together), and two reserves gained nothing at 128 in
+flight while costing the 10-ms row at 16 a sixth to a fifth (one A/B of two rounds).
 No reserve loop that reserves only free capacity can pass ``max_in_flight / (handler +
 unloaded reserve round trip)`` jobs a second (a token is held from the reserve that brings
 its job until the handler ends); ``benchmarks/worker.py`` prints that bound next to each
