@@ -30,8 +30,10 @@ Reported:
   rate is above that ceiling, no reserve loop can reach 1.2x there;
 * for every row, the CPU per job of each process on the machine (the worker, the server,
   the proxy; over the worker's run only, so enqueueing is not counted) and the machine's
-  cores divided by their sum: where the rate is near that, the machine's CPU is the limit,
-  and a client gains only by costing less CPU per job, its own or the server's;
+  cores divided by their sum: the most jobs/s the machine could carry at that cost (the
+  server is one process, so no client gets all of it). Where the clients run at the same
+  share of that bound, their ratio is the inverse ratio of their CPU per job, and a client
+  gains only by costing less of it, its own or the server's;
 * enqueue-to-handler-start latency (p50/p99) of an idle worker parked in its long poll;
 * memory with 10,000 jobs in flight at once (RSS then, and its growth over the same process
   before the worker started).
@@ -217,7 +219,7 @@ def main() -> None:
     print(
         f"\nCPU ms per job of every process on the machine's {cores} cores, worker + server + "
         f"proxy (best round's), and {cores} cores / that sum: the most jobs/s the machine "
-        "can carry for that client, whatever its reserve loop does\n"
+        "could carry at that cost, whatever the reserve loop does\n"
     )
     print("| latency | handler, max_in_flight | " + " | ".join(KINDS) + " |")
     print("|---|---|" + "---|" * len(KINDS))
