@@ -34,7 +34,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over src and tests (generated _proto excluded)."""
+    """mypy --strict over src, tests, examples and benchmarks (generated _proto excluded)."""
     session.install("-e", ".[dev]")
     session.run("mypy")
 
