@@ -72,6 +72,51 @@ def test_python_blocks_compile(index: int) -> None:
     compile(source, f"README.md python block {index}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
+@pytest.mark.parametrize("name", ["producer.py", "worker.py"])
+def test_the_quick_start_scripts_start_no_loop_when_imported(name: str) -> None:
+    """``sepp-anyio worker worker:make_worker`` imports the Quick start's worker.py: a
+    module that ran ``anyio.run`` at import would start a second worker beside the
+    command's.  Every statement at module level that runs a loop sits under
+    ``if __name__ == "__main__":``."""
+    tree = ast.parse(file_block(name))
+    guarded = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+    ]
+    assert len(guarded) == 1, name
+    unguarded = [node for node in tree.body if node not in guarded]
+    calls = [
+        ast.unparse(call.func)
+        for node in unguarded
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+    ]
+    assert not [call for call in calls if call.endswith(".run")], calls
+    assert "anyio.run" in ast.unparse(guarded[0]), name
+
+
+def test_the_quick_start_installs_its_extras_before_its_first_block() -> None:
+    """The Quick start's code needs the ``trio`` and ``pydantic`` extras, which the first
+    README command does not install (``pydantic``): the install command is a block of its
+    own, before the first code block."""
+    quick_start = _section("Quick start")
+    first = re.search(r"^```(\w+)\n(.*?)^```", quick_start, flags=re.DOTALL | re.MULTILINE)
+    assert first is not None
+    assert first.group(1) == "sh"
+    assert first.group(2).strip() == '.venv/bin/pip install -q -e ".[trio,pydantic]"'
+
+
+def test_nox_is_run_from_the_virtual_environment() -> None:
+    """``nox`` is not on PATH after the two commands: the README writes ``.venv/bin/nox``
+    and says that the ``dev`` extra installs it."""
+    commands = re.findall(r"(?:^|[\s`])((?:[^\s`]*/)?nox) -s ", README, flags=re.MULTILINE)
+    assert commands
+    assert set(commands) == {".venv/bin/nox"}, commands
+    assert "`nox` comes with the `dev` extra" in README
+
+
 def test_the_command_line_reference_names_every_subcommand() -> None:
     section = _section("The command line")
     for name in _COMMANDS:
@@ -136,7 +181,8 @@ def test_the_testing_section_says_asyncio_runs_in_real_time() -> None:
 
 def _quick_start_server_args() -> list[str]:
     """The Quick start's server command, as ``python -m sepp_anyio.server`` arguments."""
-    command = _blocks("sh", _section("Quick start"))[0]  # "Start a server in one terminal"
+    # The first block installs the extras; the second: "Start a server in one terminal".
+    command = _blocks("sh", _section("Quick start"))[1]
     argv = shlex.split(command)
     assert argv[:2] == ["sepp-anyio", "server"], argv
     return argv[2:]
@@ -160,8 +206,10 @@ def _script(tmp_path: Path, name: str, server: ServerProcess, *, last_line: str 
     assert source.count(QUICK_START_ADDRESS) == 1, name
     source = source.replace(QUICK_START_ADDRESS, server.address)
     if last_line:
-        *body, _ = source.rstrip("\n").split("\n")
-        source = "\n".join([*body, last_line, ""])
+        # The last line is the guarded ``anyio.run(...)``: replaced at its indentation.
+        *body, last = source.rstrip("\n").split("\n")
+        indent = last[: len(last) - len(last.lstrip())]
+        source = "\n".join([*body, indent + last_line, ""])
     path = tmp_path / name
     path.write_text(source)
     return path
@@ -223,10 +271,9 @@ def test_the_quick_start_runs(
 
 
 def _readme_worker_module() -> dict[str, Any]:
-    """The README's worker.py, run up to (not including) its ``anyio.run`` line."""
-    source = file_block("worker.py")
-    body, last = source.rstrip("\n").rsplit("\n", 1)
-    assert last.startswith("anyio.run(main")
+    """The README's worker.py imported as a module (its ``__main__`` guard keeps its
+    ``anyio.run`` from running)."""
+    body = file_block("worker.py")
     namespace: dict[str, Any] = {"__name__": "readme_worker"}
     # Its ``from tasks import ...``: the README's tasks.py, as a module for the moment.
     tasks = types.ModuleType("tasks")
