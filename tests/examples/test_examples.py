@@ -16,7 +16,6 @@ import pytest
 import sepp_anyio as sepp
 from sepp_anyio.server import ServerProcess
 from tests.cli._util import CliProcess, retention_server, with_client
-from tests.examples.test_readme import file_block
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT = 60
@@ -143,15 +142,12 @@ def test_dead_letter_replay(server: ServerProcess) -> None:
 # About 15 s alone (a pytest run in a subprocess, several servers), but 31-53 s was seen on
 # a loaded machine: the suite's 60 s default is too close.
 @pytest.mark.timeout(300)
-def test_the_example_test_suites_pass(tmp_path: Path) -> None:
-    """``examples/test_shop_jobs.py``, and the README's ``test_jobs.py`` (its fixture runs
-    it on trio and on asyncio), in one pytest run (each run costs seconds to start)."""
-    readme_test = tmp_path / "readme" / "test_jobs.py"
-    readme_test.parent.mkdir()
-    readme_test.write_text(file_block("test_jobs.py"))
+def test_the_example_test_suite_passes(tmp_path: Path) -> None:
+    """``examples/test_shop_jobs.py``, as a user runs it (on trio's virtual clock only, by
+    its module-level ``anyio_backend`` fixture: its retries are 30 s apart)."""
     argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-W", "error"]
     result = subprocess.run(
-        [*argv, str(EXAMPLES), str(readme_test)],
+        [*argv, str(EXAMPLES)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -159,7 +155,4 @@ def test_the_example_test_suites_pass(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 passed" in result.stdout, result.stdout
-    for backend in ("trio", "asyncio"):
-        passed = rf"^PASSED \S*::test_a_flaky_job_is_retried\[{backend}\]$"
-        assert re.search(passed, result.stdout, flags=re.MULTILINE), result.stdout
+    assert "5 passed" in result.stdout, result.stdout
