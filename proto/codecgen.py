@@ -10,7 +10,12 @@ time, reading the input one byte at a time through ``BytesIO`` and building a fr
 ``ParsedField`` per field: a reserve reply with one job took about 100 microseconds to
 decode and 85 to encode, more than the whole RPC around it. This script reads the same
 metadata once per class and writes a straight-line encoder and decoder for it (Python
-source, checked in), so each field costs a few bytecode instructions.
+source, checked in), so each field costs a few bytecode instructions. It reads it through
+public means only (``_class_meta``): the classes' dataclass fields, the metadata that the
+generated code's own ``betterproto2.field(...)`` calls attach to them, their default
+factories and the classes' type hints, never betterproto2's private per-class cache. What
+the library needs of the classes at run time beyond the codecs (the repeated message
+fields that ``ElementWise`` reads element by element) it writes into the output too.
 
 What stays exactly as betterproto2 does it (tests/test_proto_codec.py checks every
 message class against betterproto2's own code with hypothesis):
@@ -40,11 +45,14 @@ the module's ``CODECS`` table (``sepp_anyio._wire._codec``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import importlib
 import math
 import re
 import struct
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -95,6 +103,83 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClassMeta:
+    """What the generator reads of a generated class, through public means only: its
+    dataclass fields, the protobuf metadata that the generated code's own
+    ``betterproto2.field(...)`` calls attached to them (``Field.metadata``), their default
+    factories, and the class's type hints (the element class of a list, the class of an
+    optional message, a map's value class)."""
+
+    #: field name -> its ``betterproto2`` field metadata, in declaration order.
+    meta_by_field_name: dict[str, Any]
+    #: field name -> the class of its values (``"NAME.value"`` for a map's values).
+    cls_by_field: dict[str, type[Any]]
+    #: field name -> the field's default factory.
+    default_gen: dict[str, Callable[[], Any]]
+
+
+def _class_meta(cls: type[Any]) -> _ClassMeta:
+    hints = typing.get_type_hints(cls)
+
+    def hinted(name: str, index: int = 0) -> type[Any]:
+        # list[X] -> X, X | None -> X, dict[K, V] -> K or V; a plain class is itself.
+        args = typing.get_args(hints[name])
+        found: type[Any] = args[index] if args else hints[name]
+        return found
+
+    meta: dict[str, Any] = {}
+    classes: dict[str, type[Any]] = {}
+    defaults: dict[str, Callable[[], Any]] = {}
+    for field in dataclasses.fields(cls):
+        info = field.metadata["betterproto"]
+        meta[field.name] = info
+        if field.default_factory is dataclasses.MISSING:
+            raise NotImplementedError(f"{cls.__name__}.{field.name} has no default factory")
+        defaults[field.name] = field.default_factory
+        if info.proto_type == betterproto2.TYPE_MAP:
+            classes[f"{field.name}.key"] = hinted(field.name, 0)
+            classes[f"{field.name}.value"] = hinted(field.name, 1)
+        else:
+            classes[field.name] = hinted(field.name)
+    return _ClassMeta(meta, classes, defaults)
+
+
+#: The default of a scalar field of each protobuf type (what ``betterproto2.field()``
+#: gives one), for the key and value of a map entry.
+_SCALAR_DEFAULTS: dict[str, Any] = {
+    betterproto2.TYPE_BOOL: False,
+    betterproto2.TYPE_STRING: "",
+    betterproto2.TYPE_BYTES: b"",
+    betterproto2.TYPE_FLOAT: 0.0,
+    betterproto2.TYPE_DOUBLE: 0.0,
+    **{
+        name: 0
+        for name in (
+            betterproto2.TYPE_INT32,
+            betterproto2.TYPE_INT64,
+            betterproto2.TYPE_UINT32,
+            betterproto2.TYPE_UINT64,
+            betterproto2.TYPE_SINT32,
+            betterproto2.TYPE_SINT64,
+            betterproto2.TYPE_FIXED32,
+            betterproto2.TYPE_SFIXED32,
+            betterproto2.TYPE_FIXED64,
+            betterproto2.TYPE_SFIXED64,
+        )
+    },
+}
+
+
+def _entry_default(proto_type: str, value_cls: type[Any]) -> Any:
+    """The default of a map entry's key or (non-message) value."""
+    if proto_type == betterproto2.TYPE_ENUM:
+        return value_cls(0)
+    if proto_type not in _SCALAR_DEFAULTS:
+        raise NotImplementedError(f"map entry of protobuf type {proto_type!r}")
+    return _SCALAR_DEFAULTS[proto_type]
 
 
 def _message_classes(module: ModuleType) -> list[type[betterproto2.Message]]:
@@ -289,7 +374,7 @@ class _Compiler:
 
     def _write_encoder(self, cls: type[betterproto2.Message]) -> None:
         add = self.src.add
-        meta: Any = cls._betterproto  # type: ignore[arg-type]
+        meta = _class_meta(cls)
         add(0, f"def _encode_{self.names[cls]}(self: Any) -> bytes:")
         add(1, "b: Any")
         add(1, "buf = bytearray()")
@@ -456,7 +541,7 @@ class _Compiler:
 
     def _write_decoder(self, cls: type[betterproto2.Message]) -> None:
         add = self.src.add
-        meta: Any = cls._betterproto  # type: ignore[arg-type]
+        meta = _class_meta(cls)
         fields = list(meta.meta_by_field_name.items())
         locals_ = {name: f"f_{index}" for index, (name, _) in enumerate(fields)}
         add(0, f"def _decode_{self.names[cls]}(data: bytes, pos: int, end: int) -> Any:")
@@ -524,18 +609,21 @@ class _Compiler:
         self, cls: type[betterproto2.Message], name: str, field: Any
     ) -> str:
         add = self.src.add
-        meta: Any = cls._betterproto  # type: ignore[arg-type]
+        meta = _class_meta(cls)
         key_meta, value_meta = field.map_meta
         entry_name = f"_decode_entry_{self.names[cls]}_{name}"
-        value_cls = meta.cls_by_field.get(f"{name}.value")
-        entry_meta: Any = meta.cls_by_field[name]._betterproto
-        key_default = self.src.ref(entry_meta.default_gen["key"](), "default")
+        value_cls = meta.cls_by_field[f"{name}.value"]
+        key_default = self.src.ref(
+            _entry_default(key_meta.proto_type, meta.cls_by_field[f"{name}.key"]), "default"
+        )
         if value_meta.proto_type == betterproto2.TYPE_MESSAGE:
             # A missing message value is the empty message (protobuf's meaning of an entry
             # whose value is the default; prost writes no value then).
             value_default = None
         else:
-            value_default = self.src.ref(entry_meta.default_gen["value"](), "default")
+            value_default = self.src.ref(
+                _entry_default(value_meta.proto_type, value_cls), "default"
+            )
         where = f"{cls.__name__}.{name}"
         saved = self.src.lines
         self.src.lines = []
@@ -584,6 +672,16 @@ class _Compiler:
             f"    {self.src.ref(cls)}: (_encode_{self.names[cls]}, _decode_{self.names[cls]}),"
             for cls in self.classes
         ]
+        repeated = []
+        for cls in self.classes:
+            lists = [
+                f"(({field.number} << 3) | 2, {name!r}, {self.src.ref(meta.cls_by_field[name])})"
+                for meta in [_class_meta(cls)]
+                for name, field in meta.meta_by_field_name.items()
+                if field.repeated and field.proto_type == betterproto2.TYPE_MESSAGE
+            ]
+            if lists:
+                repeated.append(f"    {self.src.ref(cls)}: ({', '.join(lists)},),")
         imports = "\n".join(
             f"from {module.__name__.rsplit('.', 1)[0]} import {module.__name__.rsplit('.', 1)[1]}"
             f" as {alias}"
@@ -594,12 +692,28 @@ class _Compiler:
             imports + "\n" + _RUNTIME_IMPORTS,
             "\n".join(self.src.constants),
             "\n".join(_drop_unused_annotations(self.src.lines + self.entry_lines)),
-            "#: Every generated message class -> (encode, decode):",
-            "#: ``encode(message) -> bytes``, ``decode(data, start, end) -> message`` (strict).",
-            "CODECS: dict[type[Any], tuple[Callable[[Any], bytes], "
-            "Callable[[bytes, int, int], Any]]] = {",
-            *table,
-            "}",
+            "\n".join(
+                [
+                    "#: Every generated message class -> (encode, decode):",
+                    "#: ``encode(message) -> bytes``, ``decode(data, start, end) -> message``"
+                    " (strict).",
+                    "CODECS: dict[type[Any], tuple[Callable[[Any], bytes], "
+                    "Callable[[bytes, int, int], Any]]] = {",
+                    *table,
+                    "}",
+                ]
+            ),
+            "\n".join(
+                [
+                    "#: Every generated class with repeated message fields -> ``(tag, field name,",
+                    "#: element class)`` of each, for reading such a reply element by element",
+                    "#: (``_codec.ElementWise``).",
+                    "REPEATED_MESSAGES: dict[type[Any], tuple[tuple[int, str, type[Any]], ...]]"
+                    " = {",
+                    *repeated,
+                    "}",
+                ]
+            ),
         ]
         return "\n\n".join(parts) + "\n"
 

@@ -109,3 +109,17 @@ def test_import_leaves_every_generated_class_as_generated() -> None:
         "__bytes__": "betterproto2.Message.__bytes__",
         "FromString": "betterproto2.Message.FromString",
     }
+
+
+def test_no_private_name_of_betterproto2_is_read() -> None:
+    """The library and its code generator read betterproto2's classes through public means
+    only (dataclass fields, the metadata the generated code's ``betterproto2.field()``
+    calls attach to them, type hints); what the codecs need at run time, codegen writes
+    into ``_codecs_generated`` itself.  (The tests may read betterproto2's internals: it is
+    their oracle.)"""
+    sources = [
+        path for path in SRC.rglob("*.py") if "_proto" not in path.relative_to(SRC).parts[:1]
+    ]
+    sources.append(SRC.parents[1] / "proto" / "codecgen.py")
+    for path in sources:
+        assert "._betterproto" not in path.read_text(), path

@@ -23,7 +23,7 @@ from typing import Any
 
 import betterproto2
 
-from ._codecs_generated import CODECS
+from ._codecs_generated import CODECS, REPEATED_MESSAGES
 from ._wireformat import MASK32, DecodeError, OutOfRangeError, read_varint, skip, truncated
 
 __all__ = [
@@ -119,20 +119,14 @@ class ElementWise:
     def __init__(self, cls: type[betterproto2.Message]) -> None:
         self.message_class = cls
         self.__name__ = cls.__name__
-        meta: Any = cls._betterproto  # type: ignore[arg-type]
-        # tag of a length-delimited element -> (field name, element class)
-        self._lists: dict[int, tuple[str, type[Any]]] = {
-            (field.number << 3) | 2: (name, meta.cls_by_field[name])
-            for name, field in meta.meta_by_field_name.items()
-            if field.repeated and field.proto_type == betterproto2.TYPE_MESSAGE
-        }
-        if not self._lists:
+        # What codegen read of the class when it compiled the codecs (nothing of
+        # betterproto2's own metadata is read at run time).
+        lists = REPEATED_MESSAGES.get(cls)
+        if lists is None:
             raise NotImplementedError(f"{cls.__name__} has no repeated message field")
-        self._names = tuple(name for name, _ in self._lists.values())
-        # tag -> (field name, the element class's compiled decoder)
-        self._decoders = {
-            tag: (name, CODECS[element][1]) for tag, (name, element) in self._lists.items()
-        }
+        self._names = tuple(name for _, name, _ in lists)
+        # tag of a length-delimited element -> (field name, the element class's decoder)
+        self._decoders = {tag: (name, CODECS[element][1]) for tag, name, element in lists}
         self._decode = CODECS[cls][1]
 
     def __repr__(self) -> str:

@@ -4746,9 +4746,7 @@ def _decode_entry_Job_25_custom(data: bytes, pos: int, end: int) -> tuple[Any, A
 
 
 #: Every generated message class -> (encode, decode):
-
 #: ``encode(message) -> bytes``, ``decode(data, start, end) -> message`` (strict).
-
 CODECS: dict[type[Any], tuple[Callable[[Any], bytes], Callable[[bytes, int, int], Any]]] = {
     _Duration: (_encode_Duration_0, _decode_Duration_0),
     _Empty: (_encode_Empty_1, _decode_Empty_1),
@@ -4801,4 +4799,16 @@ CODECS: dict[type[Any], tuple[Callable[[Any], bytes], Callable[[bytes, int, int]
     _ScheduledTooFar: (_encode_ScheduledTooFar_42, _decode_ScheduledTooFar_42),
     _TraceContext: (_encode_TraceContext_43, _decode_TraceContext_43),
     _UnknownQueue: (_encode_UnknownQueue_44, _decode_UnknownQueue_44),
+}
+
+#: Every generated class with repeated message fields -> ``(tag, field name,
+#: element class)`` of each, for reading such a reply element by element
+#: (``_codec.ElementWise``).
+REPEATED_MESSAGES: dict[type[Any], tuple[tuple[int, str, type[Any]], ...]] = {
+    _BatchValidationFailure: (((1 << 3) | 2, "errors", _JobValidationError),),
+    _DrainDeadLettersResponse: (((1 << 3) | 2, "records", _DeadLetterRecord),),
+    _EnqueueAtomicSuccess: (((1 << 3) | 2, "responses", _EnqueueResponse),),
+    _EnqueueBatchRequest: (((1 << 3) | 2, "jobs", _EnqueueRequest),),
+    _EnqueueBatchResponse: (((1 << 3) | 2, "results", _JobResult),),
+    _ReserveResponse: (((1 << 3) | 2, "jobs", _Job),),
 }
