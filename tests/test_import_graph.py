@@ -33,8 +33,9 @@ TIERS: list[frozenset[str]] = [
     frozenset({"_version", "_proto", "_http2", "_otel"}),
     # The public data model: types, errors, rejections, limits, codecs, checks.
     frozenset({"_model"}),
-    # Plain helpers on the model: the logging context and the public <-> protobuf mapping.
-    frozenset({"_logcontext", "_wire"}),
+    # Plain helpers on the model: the logging context, the public <-> protobuf mapping,
+    # and gRPC's wire rules (sans-IO, both roles).
+    frozenset({"_logcontext", "_wire", "_grpc"}),
     # gRPC over HTTP/2 under the client; the reference server.
     frozenset({"_transport", "server"}),
     # The client, the worker and what is built on them.
@@ -69,9 +70,11 @@ ONLY: Mapping[str, frozenset[str]] = {
     "_proto": frozenset(),
     "_otel": frozenset({"_version"}),
     "_logcontext": frozenset({"_model"}),
+    "_grpc": frozenset({"_model"}),
     "server": frozenset(
         {
             "_model",
+            "_grpc",
             "_wire",
             "_proto",
             "_http2",

@@ -12,7 +12,8 @@ the underscored modules are private.
 #      _http2 (sans-IO HTTP/2), _otel (plain values in and out; only _version);
 #   1. _model: the public data model (types, errors, rejections, limits, payload
 #      codecs, the validation rules in _checks);
-#   2. _logcontext (only _model), _wire (public <-> protobuf, the compiled codecs);
+#   2. _logcontext (only _model), _wire (public <-> protobuf, the compiled codecs),
+#      _grpc (sans-IO gRPC over HTTP/2 for both roles: only _model);
 #   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
 #      server: only _model, _wire, _proto, _http2 and the transport's framing);
 #   4. the client and the worker and what is built on them: _client, _connect,
