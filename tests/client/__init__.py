@@ -21,9 +21,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import anyio
-from grpclib.const import Status
 
-from sepp_anyio import Client, EnqueueRequest, JobCtx, RetryPolicy
+from sepp_anyio import Client, EnqueueRequest, JobCtx, RetryPolicy, StatusCode
 from sepp_anyio.server import Clock, Engine, EngineError, ServerConfig, Store
 from sepp_anyio.testing import MemoryChannel
 
@@ -106,13 +105,13 @@ class FaultyEngine:
             self.requests[rpc].append(request)
             fail = self.fail_first.get(rpc)
             if fail is not None and index < fail[0]:
-                raise EngineError(Status[fail[1]], f"injected {fail[1]} #{index + 1}")
+                raise EngineError(StatusCode[fail[1]], f"injected {fail[1]} #{index + 1}")
             if index < self.hang_first.get(rpc, 0):
                 await anyio.sleep_forever()
             reply = await target(request)
             lose = self.lose_reply_first.get(rpc)
             if lose is not None and index < lose[0]:
-                raise EngineError(Status[lose[1]], f"reply lost ({lose[1]}) #{index + 1}")
+                raise EngineError(StatusCode[lose[1]], f"reply lost ({lose[1]}) #{index + 1}")
             return reply
 
         return call

@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-from grpclib.const import Status
 
-from sepp_anyio import Client, EnqueueRequest, Job, Payload
+from sepp_anyio import Client, EnqueueRequest, Job, Payload, StatusCode
 from sepp_anyio.server import Clock, Engine, EngineError
 from sepp_anyio.testing import open_in_memory_client
 
@@ -98,7 +97,7 @@ class EnqueueTap:
             keys = [job.idempotency_key for job in request.jobs]
             if self.outage is not None and self.outage[0] <= now < self.outage[1]:
                 self.refused.extend((now, key) for key in keys)
-                raise EngineError(Status.UNAVAILABLE, "injected outage")
+                raise EngineError(StatusCode.UNAVAILABLE, "injected outage")
             reply = await real(request)
             for job, result in zip(request.jobs, reply.results, strict=True):
                 if result.success is None:

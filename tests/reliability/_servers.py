@@ -25,8 +25,8 @@ from typing import Any, Self, cast
 
 import anyio
 import anyio.lowlevel
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio.server import (
     Engine,
     EngineError,
@@ -123,7 +123,7 @@ class FaultServer:
         self.goaways = 0
         self._lock = threading.Lock()
         self._fail_left = 0
-        self._fail_status = Status.UNAVAILABLE
+        self._fail_status = StatusCode.UNAVAILABLE
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._token: anyio.lowlevel.EventLoopToken | None = None
@@ -138,7 +138,7 @@ class FaultServer:
 
     # ------------------------------------------------------------------ faults
 
-    def fail_next(self, count: int, status: Status) -> None:
+    def fail_next(self, count: int, status: StatusCode) -> None:
         with self._lock:
             self._fail_left = count
             self._fail_status = status

@@ -26,10 +26,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from grpclib.const import Status
 
 import sepp_anyio
-from sepp_anyio import Client, JobCtx, Payload, RetryPolicy, Worker
+from sepp_anyio import Client, JobCtx, Payload, RetryPolicy, StatusCode, Worker
 from sepp_anyio.server import JobState, ServerProcess
 
 from ._ledger import Ledger, Report, count_live, job_row
@@ -378,8 +377,8 @@ async def test_slow_network_latency_and_bandwidth(
 # ------------------------------------------------------------------ a struggling server
 
 
-@pytest.mark.parametrize("status", [Status.RESOURCE_EXHAUSTED, Status.UNAVAILABLE])
-async def test_server_refusing_calls_for_a_while(tmp_path: Path, status: Status) -> None:
+@pytest.mark.parametrize("status", [StatusCode.RESOURCE_EXHAUSTED, StatusCode.UNAVAILABLE])
+async def test_server_refusing_calls_for_a_while(tmp_path: Path, status: StatusCode) -> None:
     """The server answers every call with RESOURCE_EXHAUSTED (or UNAVAILABLE) for a while:
     reserves back off, acks and extensions are retried, and everything is done once it
     recovers."""

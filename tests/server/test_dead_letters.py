@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
     EngineError,
@@ -144,4 +144,4 @@ async def test_drain_validation(fields: dict[str, Any], message: str) -> None:
     async with running() as engine:
         with pytest.raises(EngineError) as info:
             await engine.drain_dead_letters(pb.DrainDeadLettersRequest(**fields))
-    assert (info.value.status, info.value.message) == (Status.INVALID_ARGUMENT, message)
+    assert (info.value.status, info.value.message) == (StatusCode.INVALID_ARGUMENT, message)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import anyio.abc
 import pytest
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._version import __version__
 from sepp_anyio.server import (
@@ -91,7 +91,10 @@ async def test_rpc_after_close_is_unavailable_and_reentry_refused() -> None:
         pass
     with pytest.raises(EngineError) as info:
         await enqueue(engine, job())
-    assert (info.value.status, info.value.message) == (Status.UNAVAILABLE, "server is shut down")
+    assert (info.value.status, info.value.message) == (
+        StatusCode.UNAVAILABLE,
+        "server is shut down",
+    )
     with pytest.raises(RuntimeError):
         async with engine:
             pass
@@ -202,4 +205,6 @@ async def test_teardown_after_error_releases_rpcs_waiting_for_their_commit() -> 
     async with anyio.create_task_group() as tg:
         with pytest.raises(KeyError):
             await crash(tg)
-    assert [(e.status, e.message) for e in errors] == [(Status.UNAVAILABLE, "server is shut down")]
+    assert [(e.status, e.message) for e in errors] == [
+        (StatusCode.UNAVAILABLE, "server is shut down")
+    ]

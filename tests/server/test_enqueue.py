@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 import pytest
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
     EngineError,
@@ -53,7 +53,7 @@ async def test_empty_batch_is_invalid_argument(method: str) -> None:
     async with running() as engine:
         with pytest.raises(EngineError) as info:
             await getattr(engine, method)(pb.EnqueueBatchRequest(jobs=[]))
-    assert info.value.status is Status.INVALID_ARGUMENT
+    assert info.value.status is StatusCode.INVALID_ARGUMENT
     assert info.value.message == "batch must contain at least one job"
 
 
@@ -63,7 +63,7 @@ async def test_batch_over_max_enqueue_batch(method: str) -> None:
     async with running(config) as engine:
         with pytest.raises(EngineError) as info:
             await getattr(engine, method)(pb.EnqueueBatchRequest(jobs=[job()] * 3))
-        assert info.value.status is Status.INVALID_ARGUMENT
+        assert info.value.status is StatusCode.INVALID_ARGUMENT
         assert info.value.message == "batch exceeds max_enqueue_batch (2)"
         assert engine.stats() == {}
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import anyio
 import pytest
-from grpclib.const import Status
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.google.protobuf import Empty
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.anyio
 RETAIN = ServerConfig(storage=StorageConfig(dead_letter_retention_ms=3_600_000))
 
 
-async def expect_error(awaitable: Any, status: Status, message: str) -> None:
+async def expect_error(awaitable: Any, status: StatusCode, message: str) -> None:
     with pytest.raises(EngineError) as info:
         await awaitable
     assert (info.value.status, info.value.message) == (status, message)
@@ -102,9 +102,9 @@ async def test_late_ack_after_expiry_is_not_found_or_attempt_mismatch() -> None:
         await enqueue(engine, job())
         [leased] = await reserve(engine, lease=1)
         await clock.advance(1)
-        await expect_error(ack(engine, leased), Status.NOT_FOUND, "job not found")
+        await expect_error(ack(engine, leased), StatusCode.NOT_FOUND, "job not found")
         [again] = await reserve(engine)
-        await expect_error(ack(engine, leased), Status.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(ack(engine, leased), StatusCode.FAILED_PRECONDITION, "attempt mismatch")
         await ack(engine, again)
 
 
@@ -142,16 +142,16 @@ async def test_ack_deletes_the_job() -> None:
         response = await engine.ack(pb.AckRequest(job_id=leased.id, attempt=1))
         assert response.job_id == job_id
         assert engine.snapshot_job(job_id) is None
-        await expect_error(ack(engine, leased), Status.NOT_FOUND, "job not found")
+        await expect_error(ack(engine, leased), StatusCode.NOT_FOUND, "job not found")
 
 
 async def test_ack_not_inflight_is_not_found() -> None:
     async with running() as engine:
         [job_id] = await enqueue(engine, job())  # ready, not inflight
         request = pb.AckRequest(job_id=job_id, attempt=1)
-        await expect_error(engine.ack(request), Status.NOT_FOUND, "job not found")
+        await expect_error(engine.ack(request), StatusCode.NOT_FOUND, "job not found")
         unknown = pb.AckRequest(job_id="00000000-0000-4000-8000-000000000000", attempt=1)
-        await expect_error(engine.ack(unknown), Status.NOT_FOUND, "job not found")
+        await expect_error(engine.ack(unknown), StatusCode.NOT_FOUND, "job not found")
 
 
 async def test_ack_attempt_mismatch_is_failed_precondition() -> None:
@@ -159,7 +159,7 @@ async def test_ack_attempt_mismatch_is_failed_precondition() -> None:
         await enqueue(engine, job())
         [leased] = await reserve(engine)
         request = pb.AckRequest(job_id=leased.id, attempt=2)
-        await expect_error(engine.ack(request), Status.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(engine.ack(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch")
 
 
 async def test_job_id_hex_is_case_insensitive() -> None:
@@ -188,7 +188,7 @@ async def test_lease_rpc_validation(method: str, fields: dict[str, Any], message
         base["lease_duration"] = td(1)
     async with running() as engine:
         request = request_type[method](**{**base, **fields})
-        await expect_error(getattr(engine, method)(request), Status.INVALID_ARGUMENT, message)
+        await expect_error(getattr(engine, method)(request), StatusCode.INVALID_ARGUMENT, message)
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ async def test_nack_retry_validation(retry: Any, message: str) -> None:
         request = pb.NackRequest(
             job_id="00000000-0000-4000-8000-000000000000", attempt=1, retry=retry
         )
-        await expect_error(engine.nack(request), Status.INVALID_ARGUMENT, message)
+        await expect_error(engine.nack(request), StatusCode.INVALID_ARGUMENT, message)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ async def test_extend_lease_validation(lease: Any, message: str) -> None:
         request = pb.ExtendRequest(
             job_id="00000000-0000-4000-8000-000000000000", attempt=1, lease_duration=lease
         )
-        await expect_error(engine.extend(request), Status.INVALID_ARGUMENT, message)
+        await expect_error(engine.extend(request), StatusCode.INVALID_ARGUMENT, message)
 
 
 # ---------------------------------------------------------------- nack
@@ -307,9 +307,9 @@ async def test_nack_not_inflight_and_attempt_mismatch() -> None:
         await enqueue(engine, job())
         [leased] = await reserve(engine)
         bad = pb.NackRequest(job_id=leased.id, attempt=3, retry=pb.NackRetry(dead_letter=Empty()))
-        await expect_error(engine.nack(bad), Status.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(engine.nack(bad), StatusCode.FAILED_PRECONDITION, "attempt mismatch")
         await nack(engine, leased)
-        await expect_error(nack(engine, leased), Status.NOT_FOUND, "job not found")
+        await expect_error(nack(engine, leased), StatusCode.NOT_FOUND, "job not found")
 
 
 async def test_default_nack_uses_the_queue_retry_policy() -> None:
@@ -409,10 +409,12 @@ async def test_extend_not_found_and_attempt_mismatch() -> None:
     async with running() as engine:
         [job_id] = await enqueue(engine, job())
         request = pb.ExtendRequest(job_id=job_id, attempt=1, lease_duration=td(1))
-        await expect_error(engine.extend(request), Status.NOT_FOUND, "job not found")
+        await expect_error(engine.extend(request), StatusCode.NOT_FOUND, "job not found")
         await reserve(engine)
         request = pb.ExtendRequest(job_id=job_id, attempt=5, lease_duration=td(1))
-        await expect_error(engine.extend(request), Status.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(
+            engine.extend(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch"
+        )
 
 
 async def test_cancelled_ack_still_commits() -> None:

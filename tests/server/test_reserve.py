@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import pytest
 import trio.testing
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
     Engine,
@@ -270,7 +270,7 @@ async def test_leaving_the_engine_releases_parked_reserves() -> None:
     assert results == [[]]
     with pytest.raises(EngineError) as info:
         await reserve(engine)
-    assert info.value.status is Status.UNAVAILABLE
+    assert info.value.status is StatusCode.UNAVAILABLE
 
 
 async def test_cancelled_parked_reserve_leaves_nothing_behind() -> None:
@@ -305,7 +305,7 @@ async def test_reserve_validation_errors(request_fields: dict[str, Any], message
     async with running() as engine:
         with pytest.raises(EngineError) as info:
             await engine.reserve(pb.ReserveRequest(**fields))
-    assert (info.value.status, info.value.message) == (Status.INVALID_ARGUMENT, message)
+    assert (info.value.status, info.value.message) == (StatusCode.INVALID_ARGUMENT, message)
 
 
 async def test_reserve_exceeds_max_reserve_queues() -> None:
@@ -314,7 +314,7 @@ async def test_reserve_exceeds_max_reserve_queues() -> None:
         with pytest.raises(EngineError) as info:
             await reserve(engine, "a", "b", "c")
     assert (info.value.status, info.value.message) == (
-        Status.INVALID_ARGUMENT,
+        StatusCode.INVALID_ARGUMENT,
         "reserve exceeds max_reserve_queues (2)",
     )
 
@@ -325,7 +325,7 @@ async def test_reserve_queue_name_too_long() -> None:
         with pytest.raises(EngineError) as info:
             await reserve(engine, "abc", "abcd")
     assert (info.value.status, info.value.message) == (
-        Status.INVALID_ARGUMENT,
+        StatusCode.INVALID_ARGUMENT,
         'queue name "abcd" exceeds max_queue_name_bytes (3)',
     )
 
@@ -338,7 +338,7 @@ async def test_strict_mode_reserve_is_failed_precondition() -> None:
         with pytest.raises(EngineError) as info:
             await reserve(engine, "known", "x", "y", "x")
         assert (info.value.status, info.value.message) == (
-            Status.FAILED_PRECONDITION,
+            StatusCode.FAILED_PRECONDITION,
             'queue(s) not declared (strict mode): ["x", "y"]',
         )
         assert await reserve(engine, "known") == []

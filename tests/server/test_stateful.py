@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from grpclib.const import Status
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.google.protobuf import Empty
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
@@ -131,17 +131,17 @@ class EngineMachine(RuleBasedStateMachine):
     def call(self, method: Any, request: Any) -> Any:
         return self.portal.call(method, request)
 
-    def expect_status(self, method: Any, request: Any, status: Status) -> None:
+    def expect_status(self, method: Any, request: Any, status: StatusCode) -> None:
         with pytest.raises(EngineError) as info:
             self.call(method, request)
         assert info.value.status is status
 
-    def lease_outcome(self, job_id: str, attempt: int) -> ModelJob | Status:
+    def lease_outcome(self, job_id: str, attempt: int) -> ModelJob | StatusCode:
         model = self.jobs[job_id]
         if model.state != "inflight":
-            return Status.NOT_FOUND
+            return StatusCode.NOT_FOUND
         if model.attempt != attempt:
-            return Status.FAILED_PRECONDITION
+            return StatusCode.FAILED_PRECONDITION
         return model
 
     # ------------------------------------------------------------------ rules
@@ -222,7 +222,7 @@ class EngineMachine(RuleBasedStateMachine):
         job_id, attempt = self.leases[data.draw(st.integers(0, len(self.leases) - 1))]
         request = pb.AckRequest(job_id=job_id, attempt=attempt)
         outcome = self.lease_outcome(job_id, attempt)
-        if isinstance(outcome, Status):
+        if isinstance(outcome, StatusCode):
             self.expect_status(self.engine.ack, request, outcome)
             return
         assert self.call(self.engine.ack, request).job_id == job_id
@@ -242,7 +242,7 @@ class EngineMachine(RuleBasedStateMachine):
             }[strategy]
         request = pb.NackRequest(job_id=job_id, attempt=attempt, retry=retry, reason="r")
         outcome = self.lease_outcome(job_id, attempt)
-        if isinstance(outcome, Status):
+        if isinstance(outcome, StatusCode):
             self.expect_status(self.engine.nack, request, outcome)
             return
         response = self.call(self.engine.nack, request)
@@ -265,7 +265,7 @@ class EngineMachine(RuleBasedStateMachine):
             job_id=job_id, attempt=attempt, lease_duration=td(lease_ms / 1000)
         )
         outcome = self.lease_outcome(job_id, attempt)
-        if isinstance(outcome, Status):
+        if isinstance(outcome, StatusCode):
             self.expect_status(self.engine.extend, request, outcome)
             return
         response = self.call(self.engine.extend, request)

@@ -32,8 +32,8 @@ from typing import Any
 import anyio
 import pytest
 import trio.testing
-from grpclib.const import Status
 
+from sepp_anyio import StatusCode
 from sepp_anyio.server import Engine, EngineError, ManualClock, MemoryStore, SqliteStore, Store
 from sepp_anyio.server._committer import STORAGE_RETRY_INITIAL_DELAY, STORAGE_RETRY_MAX_DELAY
 from sepp_anyio.server._records import PutJob, StoreContents, Write
@@ -189,7 +189,7 @@ def failing(engine: Engine) -> bool:
 async def expect_refused(call: Callable[[], Any], storage: Storage) -> None:
     with pytest.raises(EngineError) as info:
         await call()
-    assert info.value.status is Status.UNAVAILABLE
+    assert info.value.status is StatusCode.UNAVAILABLE
     assert info.value.message.startswith("storage unavailable: writes are failing"), info.value
     assert storage.error_text in info.value.message
     assert info.value.message.endswith("retrying, try again later")
@@ -320,7 +320,9 @@ async def test_stopping_while_storage_fails_answers_held_requests_and_keeps_none
         await store.wait_failures(2)
         # Leaving the engine made one last attempt, which failed too.
     assert store.failures == 3
-    assert [(e.status, e.message) for e in outcome] == [(Status.INTERNAL, "storage commit failed")]
+    assert [(e.status, e.message) for e in outcome] == [
+        (StatusCode.INTERNAL, "storage commit failed")
+    ]
 
     storage.disk.full = False
     async with running(store=storage.open(), clock=clock) as engine:

@@ -99,7 +99,7 @@ async def test_slow_reader_is_not_cut_by_the_write_timeout() -> None:
         link = SlowLink()
         connection = ServedConnection(
             link,
-            routes=QueueService(engine).__mapping__(),
+            routes=QueueService(engine).routes(),
             codec=MessageCodec(engine.config.limits.max_message_bytes),
             limits=Limits(),
             net=NetworkLimits(ping_after=0.0, idle_timeout=0.0),

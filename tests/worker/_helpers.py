@@ -11,9 +11,8 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from grpclib.const import Status
 
-from sepp_anyio import Client, EnqueueRequest, JobCtx, Payload, Worker
+from sepp_anyio import Client, EnqueueRequest, JobCtx, Payload, StatusCode, Worker
 from sepp_anyio.server import Engine, EngineError
 
 __all__ = [
@@ -127,7 +126,7 @@ class EngineSpy:
 
 
 def unavailable(message: str = "injected outage") -> EngineError:
-    return EngineError(Status.UNAVAILABLE, message)
+    return EngineError(StatusCode.UNAVAILABLE, message)
 
 
 def nack_kind(call: Call) -> tuple[str, float | None]:

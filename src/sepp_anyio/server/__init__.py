@@ -3,7 +3,7 @@
 >>> async with Engine(ServerConfig(), SqliteStore("sepp.sqlite3")) as engine:
 ...     reply = await engine.enqueue_batch(request)
 
-The network adapter (grpclib) and the in-memory test channel both call the engine's
+The network server and the in-memory test channel both call the engine's
 per-RPC methods; authentication is theirs, everything else is here.
 
 On the network: :func:`serve` (runs until cancelled, asyncio only), :class:`NetworkServer`

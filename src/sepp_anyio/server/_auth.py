@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 
-from grpclib.const import Status
+from sepp_anyio._model._error_root import StatusCode
 
 from ._errors import EngineError
 from ._sections import ApiKey
@@ -35,7 +35,7 @@ def authenticate(header: str | None, api_keys: Iterable[ApiKey] | None) -> None:
     if api_keys is None:
         return
     if header is None or not header.startswith(_PREFIX):
-        raise EngineError(Status.UNAUTHENTICATED, MISSING_KEY)
+        raise EngineError(StatusCode.UNAUTHENTICATED, MISSING_KEY)
     offered = header[len(_PREFIX) :].encode("utf-8", "surrogateescape")
     # Compare against every key in constant time, so the reply's timing
     # doesn't leak how much of a key was right.
@@ -43,4 +43,4 @@ def authenticate(header: str | None, api_keys: Iterable[ApiKey] | None) -> None:
     for entry in api_keys:
         matched |= hmac.compare_digest(offered, entry.key.encode("ascii"))
     if not matched:
-        raise EngineError(Status.UNAUTHENTICATED, WRONG_KEY)
+        raise EngineError(StatusCode.UNAUTHENTICATED, WRONG_KEY)

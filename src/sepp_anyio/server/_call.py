@@ -4,7 +4,9 @@
 :meth:`ServerCall.read_request` (the request message: its announced size checked on its
 5-byte prefix before any of it is buffered, a second message refused, then decoded),
 :meth:`ServerCall.send_message` and :meth:`ServerCall.send_trailing_metadata`.  Nothing
-here touches grpclib's server; its ``GRPCError`` and ``Status`` carry the statuses.
+here touches grpclib: :class:`~sepp_anyio._grpc.GrpcError` carries the statuses, and the
+message prefix is read by the one rule of :mod:`sepp_anyio._grpc` (its compressed flag and
+the size limit, checked before any of the message is buffered).
 
 Receiving: the connection's reader hands DATA to :meth:`ServerCall.on_data`.  Bytes are
 acknowledged (flow-control credit handed back) only while a reader is assembling a message
@@ -25,8 +27,15 @@ from __future__ import annotations
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
+
+from sepp_anyio._grpc import (
+    PREFIX_SIZE,
+    CompressedMessageError,
+    GrpcError,
+    MessageTooLargeError,
+    read_prefix,
+)
+from sepp_anyio._model._error_root import StatusCode
 
 from ._service import MessageCodec
 
@@ -245,7 +254,7 @@ class ServerCall:
             The decoded message; None if the body ended without any byte of one.
 
         Raises:
-            GRPCError: OUT_OF_RANGE (announced over the limit, with both sizes), INTERNAL
+            GrpcError: OUT_OF_RANGE (announced over the limit, with both sizes), INTERNAL
                 (compressed without an encoding, cut short, a second message,
                 undecodable).
 
@@ -254,22 +263,23 @@ class ServerCall:
         buffered is dropped, and refunded, when the call is released.
         """
         try:
-            prefix = await self._take(5)
+            prefix = await self._take(PREFIX_SIZE)
             if not prefix:
                 return None
-            if prefix[0]:
-                raise GRPCError(Status.INTERNAL, _COMPRESSED)
-            size = int.from_bytes(prefix[1:], "big")
-            self._codec.check_size(size)
+            size = read_prefix(prefix, self._codec.max_message_bytes)
             data = await self._take(size) if size else b""
             if len(data) < size:
                 raise _CutShort
         except _CutShort:
-            raise GRPCError(Status.INTERNAL, _CUT_SHORT) from None
+            raise GrpcError(StatusCode.INTERNAL, _CUT_SHORT) from None
+        except CompressedMessageError:
+            raise GrpcError(StatusCode.INTERNAL, _COMPRESSED) from None
+        except MessageTooLargeError as exc:
+            raise self._codec.too_large(exc.length) from None
         while not self._buffer and not self.ended:
             await self._wait()
         if self._buffer:
-            raise GRPCError(Status.INTERNAL, _SECOND_MESSAGE)
+            raise GrpcError(StatusCode.INTERNAL, _SECOND_MESSAGE)
         message: _T = self._codec.decode(data, message_type)
         return message
 
@@ -284,7 +294,7 @@ class ServerCall:
         await self._link.send_message(self, b"\x00" + len(data).to_bytes(4, "big") + data)
 
     async def send_trailing_metadata(
-        self, *, status: Status = Status.OK, status_message: str | None = None
+        self, *, status: StatusCode = StatusCode.OK, status_message: str | None = None
     ) -> None:
         """End the call with ``status`` (a checkpoint, then synchronous).
 

@@ -52,7 +52,8 @@ from collections.abc import Callable, Sequence
 
 import anyio
 from anyio.abc import TaskStatus
-from grpclib.const import Status
+
+from sepp_anyio._model._error_root import StatusCode
 
 from ._errors import EngineError
 from ._records import Write
@@ -143,7 +144,7 @@ class Committer:
         """
         if self._failure is not None:
             raise EngineError(
-                Status.UNAVAILABLE,
+                StatusCode.UNAVAILABLE,
                 "storage unavailable: writes are failing "
                 f"({_describe(self._failure)}); retrying, try again later",
             )
@@ -158,7 +159,7 @@ class Committer:
             EngineError: UNAVAILABLE once closed.
         """
         if self._closing:
-            raise EngineError(Status.UNAVAILABLE, "server is shut down")
+            raise EngineError(StatusCode.UNAVAILABLE, "server is shut down")
         ticket = Ticket(writes, after_commit)
         self._pending.append(ticket)
         self._wakeup.set()
@@ -191,7 +192,7 @@ class Committer:
                 writes = [write for ticket in group for write in ticket.writes]
                 if writes and not await self._commit(writes):
                     # Closed while the store still fails: see the module docstring.
-                    failed = EngineError(Status.INTERNAL, "storage commit failed")
+                    failed = EngineError(StatusCode.INTERNAL, "storage commit failed")
                     for ticket in group:
                         ticket.complete(failed)
                     return
@@ -199,7 +200,7 @@ class Committer:
                     ticket.complete()
         finally:
             self._closing = True
-            lost = EngineError(Status.UNAVAILABLE, "server is shut down")
+            lost = EngineError(StatusCode.UNAVAILABLE, "server is shut down")
             for ticket in (*group, *self._pending):
                 if not ticket.done:
                     ticket.complete(lost)

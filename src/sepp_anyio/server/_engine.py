@@ -44,8 +44,8 @@ from typing import Any, Self, final
 import anyio
 import betterproto2
 from anyio.abc import TaskStatus
-from grpclib.const import Status
 
+from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._version import __version__
 
@@ -105,7 +105,7 @@ class _Waiter:
 
 def _invalid(problem: str | None) -> None:
     if problem is not None:
-        raise EngineError(Status.INVALID_ARGUMENT, problem)
+        raise EngineError(StatusCode.INVALID_ARGUMENT, problem)
 
 
 @final
@@ -270,7 +270,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         """
         if not self._running or self._committer is None:
             if self._closed:
-                raise EngineError(Status.UNAVAILABLE, "server is shut down")
+                raise EngineError(StatusCode.UNAVAILABLE, "server is shut down")
             raise RuntimeError("the Engine is not running; use `async with Engine(...)`")
         if touches_state:
             self._committer.check()
@@ -350,10 +350,12 @@ class Engine(anyio.AsyncContextManagerMixin):
     def _check_batch(self, request: Any) -> list[Any]:
         jobs = list(request.jobs)
         if not jobs:
-            raise EngineError(Status.INVALID_ARGUMENT, "batch must contain at least one job")
+            raise EngineError(StatusCode.INVALID_ARGUMENT, "batch must contain at least one job")
         limit = self._config.limits.max_enqueue_batch
         if len(jobs) > limit:
-            raise EngineError(Status.INVALID_ARGUMENT, f"batch exceeds max_enqueue_batch ({limit})")
+            raise EngineError(
+                StatusCode.INVALID_ARGUMENT, f"batch exceeds max_enqueue_batch ({limit})"
+            )
         return jobs
 
     def _insert(self, job: Any, limits: QueueLimits, now: int, ch: Changes) -> str:
@@ -545,14 +547,14 @@ class Engine(anyio.AsyncContextManagerMixin):
         queues: list[str] = list(request.queues)
         if len(queues) > config.limits.max_reserve_queues:
             raise EngineError(
-                Status.INVALID_ARGUMENT,
+                StatusCode.INVALID_ARGUMENT,
                 f"reserve exceeds max_reserve_queues ({config.limits.max_reserve_queues})",
             )
         name_limit = config.limits.max_queue_name_bytes
         for queue in queues:
             if len(queue.encode()) > name_limit:
                 raise EngineError(
-                    Status.INVALID_ARGUMENT,
+                    StatusCode.INVALID_ARGUMENT,
                     f"queue name {quote(queue)} exceeds max_queue_name_bytes ({name_limit})",
                 )
         if config.server.strict_queues:
@@ -560,7 +562,8 @@ class Engine(anyio.AsyncContextManagerMixin):
             if unknown:
                 listed = ", ".join(quote(q) for q in unknown)
                 raise EngineError(
-                    Status.FAILED_PRECONDITION, f"queue(s) not declared (strict mode): [{listed}]"
+                    StatusCode.FAILED_PRECONDITION,
+                    f"queue(s) not declared (strict mode): [{listed}]",
                 )
         ceiling = min(config.limits_for(q).max_lease_duration_ms for q in queues)
         lease_ms = max(1, min(duration_ms(request.lease_duration), ceiling))
@@ -622,8 +625,8 @@ class Engine(anyio.AsyncContextManagerMixin):
             return job
         await self._commit(Changes())  # barrier: the answer read the live state
         if job is None:
-            raise EngineError(Status.NOT_FOUND, "job not found")
-        raise EngineError(Status.FAILED_PRECONDITION, "attempt mismatch")
+            raise EngineError(StatusCode.NOT_FOUND, "job not found")
+        raise EngineError(StatusCode.FAILED_PRECONDITION, "attempt mismatch")
 
     async def ack(self, request: pb.AckRequest) -> pb.AckResponse:
         """Ack: delete the inflight job (its idempotency row stays until its deadline).

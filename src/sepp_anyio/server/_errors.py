@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from grpclib.const import Status
+from sepp_anyio._model._error_root import StatusCode
 
 
 class EngineError(Exception):
@@ -17,11 +17,11 @@ class EngineError(Exception):
     """
 
     #: The gRPC status code of the reply.
-    status: Status
+    status: StatusCode
     #: The human-readable status message (the exact wording of the protocol).
     message: str
 
-    def __init__(self, status: Status, message: str) -> None:
+    def __init__(self, status: StatusCode, message: str) -> None:
         super().__init__(status, message)
         self.status = status
         self.message = message

@@ -56,7 +56,6 @@ import anyio.abc
 import anyio.lowlevel
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSStream
-from grpclib.const import Handler
 
 from sepp_anyio._http2 import Limits
 
@@ -67,7 +66,7 @@ from ._errors import ConfigError
 from ._netlimits import NetworkLimits, http2_limits, network_limits
 from ._reqbytes import RequestBytes
 from ._served import ServedConnection
-from ._service import HealthService, MessageCodec, QueueService
+from ._service import HealthService, MessageCodec, QueueService, Route
 from ._store import Store
 
 __all__ = [
@@ -252,9 +251,9 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         codec = MessageCodec(self._engine.config.limits.max_message_bytes)
-        routes: dict[str, Handler] = {
-            **self._service.__mapping__(),
-            **HealthService(self._engine).__mapping__(),
+        routes: dict[str, Route] = {
+            **self._service.routes(),
+            **HealthService(self._engine).routes(),
         }
         sock = await _listening_socket(self._host, self._requested_port)
         host, port = sock.getsockname()[:2]
@@ -283,7 +282,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         listener: SocketListener,
         scope: anyio.CancelScope,
         tg: TaskGroup,
-        routes: Mapping[str, Handler],
+        routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
         slots = anyio.Semaphore(self._net.max_connections)
@@ -310,7 +309,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self,
         raw: SocketStream,
         slots: anyio.Semaphore,
-        routes: Mapping[str, Handler],
+        routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
         # Connections are shielded from the cancellation that stops the server: its graceful
@@ -326,7 +325,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self,
         raw: SocketStream,
         slots: anyio.Semaphore,
-        routes: Mapping[str, Handler],
+        routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
         address = raw.extra(SocketAttribute.remote_address)

@@ -51,8 +51,14 @@ from typing import Final
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from grpclib.const import Handler, Status
 
+from sepp_anyio._grpc import (
+    RESPONSE_HEADERS,
+    decode_timeout,
+    metadata_problem,
+    trailers,
+    trailers_only,
+)
 from sepp_anyio._http2 import (
     MAX_STREAM_ID,
     Connection,
@@ -71,12 +77,12 @@ from sepp_anyio._http2 import (
     TrailersReceived,
     WindowUpdated,
 )
+from sepp_anyio._model._error_root import StatusCode
 
 from ._call import CallGone, ServerCall
-from ._grpcwire import RESPONSE_HEADERS, metadata_problem, parse_timeout, trailers, trailers_only
 from ._netlimits import NetworkLimits
 from ._reqbytes import ConnectionRequestBytes, RequestBytes
-from ._service import MessageCodec
+from ._service import MessageCodec, Route
 
 __all__ = ["ServedConnection"]
 
@@ -120,7 +126,7 @@ class ServedConnection:
         self,
         stream: anyio.abc.ByteStream,
         *,
-        routes: Mapping[str, Handler],
+        routes: Mapping[str, Route],
         codec: MessageCodec,
         limits: Limits,
         net: NetworkLimits,
@@ -344,7 +350,7 @@ class ServedConnection:
                 self._answer_now(
                     event.stream_id,
                     event.end_stream,
-                    Status.RESOURCE_EXHAUSTED,
+                    StatusCode.RESOURCE_EXHAUSTED,
                     f"header list size {event.size} exceeds the limit of {event.limit} bytes",
                 )
             elif kind is PingAcknowledged:
@@ -395,24 +401,26 @@ class ServedConnection:
                 timeout = value
         problem = metadata_problem(event.headers)
         if problem is not None:
-            self._answer_now(stream_id, event.end_stream, Status.INTERNAL, problem)
+            self._answer_now(stream_id, event.end_stream, StatusCode.INTERNAL, problem)
             return
         for name, value in event.headers:
             if name[:1] != b":" and not name.endswith(b"-bin"):
                 metadata[name.decode("ascii")] = value.decode("ascii")
-        handler = self._routes.get(path.decode("ascii", "replace"))
-        if handler is None:
-            self._answer_now(stream_id, event.end_stream, Status.UNIMPLEMENTED, "Method not found")
+        route = self._routes.get(path.decode("ascii", "replace"))
+        if route is None:
+            self._answer_now(
+                stream_id, event.end_stream, StatusCode.UNIMPLEMENTED, "Method not found"
+            )
             return
         seconds = self._net.max_call_seconds
         if timeout is not None:
             try:
-                seconds = parse_timeout(timeout, seconds)
+                seconds = decode_timeout(timeout, seconds)
             except ValueError as exc:
-                self._answer_now(stream_id, event.end_stream, Status.INTERNAL, str(exc))
+                self._answer_now(stream_id, event.end_stream, StatusCode.INTERNAL, str(exc))
                 return
         call = ServerCall(
-            self, stream_id, metadata, self._codec, handler.reply_type, ended=event.end_stream
+            self, stream_id, metadata, self._codec, route.reply_type, ended=event.end_stream
         )
         self._calls[stream_id] = call
         self.calls_started += 1
@@ -422,9 +430,11 @@ class ServedConnection:
         # deadline comes; only the last call's end matters (below).
         self._idle_since = None
         assert self._tg is not None
-        self._tg.start_soon(self._run_call, call, handler, seconds)
+        self._tg.start_soon(self._run_call, call, route, seconds)
 
-    def _answer_now(self, stream_id: int, end_stream: bool, status: Status, message: str) -> None:
+    def _answer_now(
+        self, stream_id: int, end_stream: bool, status: StatusCode, message: str
+    ) -> None:
         """Answer a request handed over by the core without running a handler."""
         h2 = self.h2
         try:
@@ -437,7 +447,7 @@ class ServedConnection:
         finally:
             h2.release_stream(stream_id)
 
-    async def _run_call(self, call: ServerCall, handler: Handler, seconds: float) -> None:
+    async def _run_call(self, call: ServerCall, route: Route, seconds: float) -> None:
         call.started = True
         try:
             if seconds < _MIN_CALL_TIMEOUT:
@@ -447,7 +457,7 @@ class ServedConnection:
                         scope.cancel()
                     # Never before the deadline: the client must see its own deadline pass.
                     await anyio.sleep(seconds)
-                    self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
+                    self._end_call(call, StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
                 return
             with anyio.CancelScope(deadline=self._clock() + seconds) as scope:
                 call.scope = scope
@@ -455,18 +465,18 @@ class ServedConnection:
                     # Reset before its task ran (on_gone had no scope to cancel): a
                     # long poll must not park, and lease jobs, for a reply nobody reads.
                     scope.cancel()
-                await handler.func(call)
+                await route.handler(call)
             if scope.cancelled_caught and not call.gone and not call.finished:
-                self._end_call(call, Status.DEADLINE_EXCEEDED, "Deadline exceeded")
+                self._end_call(call, StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
         except CallGone:
             pass
         except Exception:
             logger.exception("a call on %s failed unexpectedly", self.peer)
-            self._end_call(call, Status.INTERNAL, "internal error")
+            self._end_call(call, StatusCode.INTERNAL, "internal error")
         finally:
             self._finish_call(call)
 
-    def _end_call(self, call: ServerCall, status: Status, message: str) -> None:
+    def _end_call(self, call: ServerCall, status: StatusCode, message: str) -> None:
         if call.finished or call.gone:
             return
         with contextlib.suppress(CallGone):

@@ -1,8 +1,7 @@
 """The service layer of the reference server: ``sepp.v1.QueueService`` and ``grpc.health.v1``.
 
-Both classes map their methods' ``:path`` to handlers (``__mapping__``, grpclib's
-:class:`~grpclib.const.Handler` shape), built over a running
-:class:`~sepp_anyio.server.Engine`.  A handler gets the call
+Both classes map their methods' ``:path`` to :class:`Route` values (:meth:`routes`), built
+over a running :class:`~sepp_anyio.server.Engine`.  A route's handler gets the call
 (:class:`~sepp_anyio.server._call.ServerCall`) and uses only its public side: ``metadata``,
 ``read_request``, ``send_message`` and ``send_trailing_metadata``.
 
@@ -17,11 +16,11 @@ Both classes map their methods' ``:path`` to handlers (``__mapping__``, grpclib'
   never authenticated (the real server wraps only QueueService in its API-key interceptor).
   ``Watch`` is not offered: clients get UNIMPLEMENTED.
 
-The health messages are encoded by hand (two one-field messages), because grpclib's own
-health service needs the ``protobuf`` package, which is not a dependency of sepp-anyio.
+The health messages are encoded by hand (two one-field messages): they are not part of the
+generated code, and the ``protobuf`` package is not a dependency of sepp-anyio.
 
-:class:`MessageCodec` is grpclib's protobuf codec plus the server's request-size limit
-(``limits.max_message_bytes``).
+:class:`MessageCodec` encodes and decodes the messages with the compiled codecs, with the
+server's request-size limit (``limits.max_message_bytes``).
 
 Everything here runs in the event loop the engine runs in (asyncio or trio).
 """
@@ -34,10 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
-from grpclib.const import Cardinality, Handler, Status
-from grpclib.encoding.proto import ProtoCodec
-from grpclib.exceptions import GRPCError
 
+from sepp_anyio._grpc import GrpcError
+from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire._codec import decode, encode
 
@@ -56,6 +54,7 @@ __all__ = [
     "HealthService",
     "MessageCodec",
     "QueueService",
+    "Route",
 ]
 
 logger = logging.getLogger("sepp_anyio.server")
@@ -89,47 +88,72 @@ _RPCS: Final = (
 )
 
 
-class MessageCodec(ProtoCodec):
-    """grpclib's protobuf codec, refusing requests larger than ``max_message_bytes``.
+@final
+class MessageCodec:
+    """The messages of the server's calls: encoded and decoded by the compiled codecs
+    (``sepp_anyio._wire._codec``), requests larger than ``max_message_bytes`` refused.
 
     The call checks the limit on a request's announced length, before reading it
-    (:meth:`check_size`), and :meth:`decode` checks it again.  The status and wording
-    follow tonic, which the real server uses: OUT_OF_RANGE "decoded message length too
-    large".  A message that does not parse gives INTERNAL, as in tonic; so does one with a
-    field of the wrong wire type, which betterproto2's own decoder would let through:
-    messages are encoded and decoded by the compiled codecs (``sepp_anyio._wire._codec``),
-    which are strict.
+    (:func:`sepp_anyio._grpc.read_prefix`, answered with :meth:`too_large`), and
+    :meth:`decode` checks it again.  The status and wording follow tonic, which the real
+    server uses: OUT_OF_RANGE "decoded message length too large".  A message that does not
+    parse gives INTERNAL, as in tonic; so does one with a field of the wrong wire type,
+    since the compiled decoders are strict.
     """
+
+    __slots__ = ("max_message_bytes",)
 
     def __init__(self, max_message_bytes: int) -> None:
         self.max_message_bytes = max_message_bytes
 
-    def check_size(self, size: int) -> None:
-        """Raise OUT_OF_RANGE if a message of ``size`` bytes is over the limit."""
-        if size > self.max_message_bytes:
-            raise GRPCError(
-                Status.OUT_OF_RANGE,
-                f"Error, decoded message length too large: found {size} bytes, "
-                f"the limit is: {self.max_message_bytes} bytes",
-            )
+    def too_large(self, size: int) -> GrpcError:
+        """The answer to a request of ``size`` bytes, over the limit."""
+        return GrpcError(
+            StatusCode.OUT_OF_RANGE,
+            f"Error, decoded message length too large: found {size} bytes, "
+            f"the limit is: {self.max_message_bytes} bytes",
+        )
 
     def encode(self, message: Any, message_type: type[Any]) -> bytes:
+        """The wire form of a reply.
+
+        Raises:
+            TypeError: ``message`` is not a ``message_type``.
+        """
         if not isinstance(message, message_type):
             raise TypeError(f"message must be {message_type!r}, not {type(message)!r}")
         return encode(message)
 
     def decode(self, data: bytes, message_type: type[Any]) -> Any:
-        self.check_size(len(data))
+        """A request from its wire form.
+
+        Raises:
+            GrpcError: OUT_OF_RANGE over the limit; INTERNAL when it does not decode.
+        """
+        if len(data) > self.max_message_bytes:
+            raise self.too_large(len(data))
         try:
             message = decode(message_type, data)
         except Exception as exc:
-            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+            raise GrpcError(
+                StatusCode.INTERNAL, f"failed to decode Protobuf message: {exc}"
+            ) from None
         return message
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What the server runs for one ``:path``: a unary handler and its reply type."""
+
+    #: Serves the call: reads the request, sends the reply and the status.
+    handler: Callable[[ServerCall], Awaitable[None]]
+    #: The message type the handler sends.
+    reply_type: type[Any]
 
 
 @final
 class QueueService:
-    """``sepp.v1.QueueService`` over an engine (``__mapping__``: its handlers by ``:path``).
+    """``sepp.v1.QueueService`` over an engine (:meth:`routes`: its handlers by ``:path``).
 
     Args:
         engine: the running engine.  Its live config's ``[auth] api_keys`` are read on every
@@ -163,8 +187,9 @@ class QueueService:
                 self._idle = anyio.Event()
             await self._idle.wait()
 
-    def __mapping__(self) -> dict[str, Handler]:
-        mapping: dict[str, Handler] = {}
+    def routes(self) -> dict[str, Route]:
+        """Every RPC of the service by its ``:path``."""
+        routes: dict[str, Route] = {}
         for rpc in _RPCS:
             method: Callable[[Any], Awaitable[Any]] = getattr(self._engine, rpc.method)
 
@@ -175,10 +200,8 @@ class QueueService:
             ) -> None:
                 await self._call(call, _rpc, _method)
 
-            mapping[f"/{QUEUE_SERVICE}/{rpc.name}"] = Handler(
-                handle, Cardinality.UNARY_UNARY, rpc.request_type, rpc.reply_type
-            )
-        return mapping
+            routes[f"/{QUEUE_SERVICE}/{rpc.name}"] = Route(handle, rpc.reply_type)
+        return routes
 
     async def _call(
         self,
@@ -190,8 +213,8 @@ class QueueService:
         try:
             try:
                 reply = await self._serve(call, rpc, method)
-            except GRPCError as exc:
-                await call.send_trailing_metadata(status=exc.status, status_message=exc.message)
+            except GrpcError as exc:
+                await call.send_trailing_metadata(status=exc.code, status_message=exc.message)
                 return
             await call.send_message(reply)
             await call.send_trailing_metadata()
@@ -214,15 +237,15 @@ class QueueService:
             authenticate(header, self._engine.config.auth.api_keys)
             request = await call.read_request(rpc.request_type)
             if request is None:
-                raise EngineError(Status.INTERNAL, "missing request message")
+                raise EngineError(StatusCode.INTERNAL, "missing request message")
             return await method(request)
         except EngineError as exc:
-            raise GRPCError(exc.status, exc.message) from None
-        except GRPCError:
+            raise GrpcError(exc.status, exc.message) from None
+        except GrpcError:
             raise
         except Exception:
             logger.exception("%s failed unexpectedly", rpc.name)
-            raise GRPCError(Status.INTERNAL, "internal error") from None
+            raise GrpcError(StatusCode.INTERNAL, "internal error") from None
 
 
 # --------------------------------------------------------------------------- health
@@ -293,7 +316,8 @@ class HealthCheckRequest:
     def __init__(self, service: str = "") -> None:
         self.service = service
 
-    # FromString / SerializeToString: the names grpclib's protobuf codec calls.
+    # FromString / SerializeToString: the names the codec calls for a class without a
+    # compiled codec (sepp_anyio._wire._codec).
     @classmethod
     def FromString(cls, data: bytes) -> HealthCheckRequest:
         """Parse the wire form; unknown fields are skipped.
@@ -345,7 +369,7 @@ class HealthCheckResponse:
 
 @final
 class HealthService:
-    """``grpc.health.v1.Health/Check`` for the queue service (``__mapping__`` as above).
+    """``grpc.health.v1.Health/Check`` for the queue service (:meth:`routes` as above).
 
     Args:
         engine: the engine whose shutdown, or failing store, turns the status to NOT_SERVING.
@@ -356,23 +380,20 @@ class HealthService:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def __mapping__(self) -> dict[str, Handler]:
-        return {
-            f"/{HEALTH_SERVICE}/Check": Handler(
-                self._check, Cardinality.UNARY_UNARY, HealthCheckRequest, HealthCheckResponse
-            )
-        }
+    def routes(self) -> dict[str, Route]:
+        """``Check`` by its ``:path``."""
+        return {f"/{HEALTH_SERVICE}/Check": Route(self._check, HealthCheckResponse)}
 
     async def _check(self, call: ServerCall) -> None:
         try:
             request = await call.read_request(HealthCheckRequest)
-        except GRPCError as exc:
-            await call.send_trailing_metadata(status=exc.status, status_message=exc.message)
+        except GrpcError as exc:
+            await call.send_trailing_metadata(status=exc.code, status_message=exc.message)
             return
         service = request.service if request is not None else ""
         if service not in self.SERVICES:
             await call.send_trailing_metadata(
-                status=Status.NOT_FOUND, status_message=f"unknown service {service!r}"
+                status=StatusCode.NOT_FOUND, status_message=f"unknown service {service!r}"
             )
             return
         # NOT_SERVING while the store fails, so that an orchestrator can take the server out

@@ -112,7 +112,8 @@ class MemoryChannel:
             method = getattr(self._engine, _METHODS[name[len(_SERVICE) :]])
             return await method(request)
         except EngineError as exc:
-            raise GRPCError(exc.status, exc.message) from None
+            # The client still reads grpclib's error (until its transport is on _grpc).
+            raise GRPCError(Status(int(exc.status)), exc.message) from None
 
 
 class _MemoryStream:
