@@ -794,6 +794,16 @@ def test_first_frame_must_be_settings() -> None:
     assert "first frame" in reasons(events)
 
 
+def test_a_first_frame_that_is_not_settings_is_refused_before_its_length() -> None:
+    """Text from an HTTP/1 server read as a frame header: "not SETTINGS" (PROTOCOL_ERROR),
+    not the frame size error its made-up length would give."""
+    conn = Connection(client_side=True)
+    conn.data_to_send()
+    events = conn.receive_data(b"HTTP/1.0 400 Bad Request\r\n\r\n", 0.0)
+    assert blank(events) == [terminated(E.PROTOCOL_ERROR)]
+    assert "first frame is not SETTINGS" in reasons(events)
+
+
 def test_handshake() -> None:
     conn = Connection(client_side=True, stream_window=1 << 20, connection_window=16 << 20)
     out = conn.data_to_send()

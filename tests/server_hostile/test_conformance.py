@@ -71,7 +71,7 @@ async def test_6_5_3_1_repeated_initial_window_size() -> None:
             attacker.peer.headers(1, SERVER_INFO) + Peer.data(1, EMPTY_MESSAGE, end_stream=True)
         )
         data = await _read_until(attacker, lambda f: isinstance(f, DataFrame) and f.stream_id == 1)
-        assert len(data.data) == 1
+        assert isinstance(data, DataFrame) and len(data.data) == 1
         assert not any(isinstance(f, GoAwayFrame) for f in attacker.frames)
         # One more byte per WINDOW_UPDATE.
         await attacker.send(Peer.window_update(1, 1))
@@ -120,6 +120,7 @@ async def test_5_3_1_a_stream_depending_on_itself(via: str) -> None:
             frames = Peer.priority(1, depends_on=1)
         await attacker.send(frames)
         reset = await _read_until(attacker, lambda f: isinstance(f, RstStreamFrame))
+        assert isinstance(reset, RstStreamFrame)
         assert (reset.stream_id, reset.error_code) == (1, PROTOCOL_ERROR)
         await _call(attacker, 3)
         assert not any(isinstance(f, GoAwayFrame) for f in attacker.frames)

@@ -588,6 +588,12 @@ class Connection:
     def _check_header(self, length: int, kind: int, flags: int, stream_id: int) -> None:
         """The checks a frame header allows before its payload is read."""
         limits = self.limits
+        if not self._settings_received and (kind != F.SETTINGS or flags & _ACK):
+            # Before its length: bytes that are not HTTP/2 at all (an HTTP/1 server's
+            # reply) make a "length" of millions, and this is what they break.
+            raise ProtocolViolation(
+                ErrorCode.PROTOCOL_ERROR, "the peer's first frame is not SETTINGS"
+            )
         if length > self._max_inbound_frame:
             raise ProtocolViolation(
                 ErrorCode.FRAME_SIZE_ERROR,
@@ -611,10 +617,6 @@ class Connection:
                     f"header block over {limits.max_header_block_bytes} bytes",
                 )
             return
-        if not self._settings_received and (kind != F.SETTINGS or flags & _ACK):
-            raise ProtocolViolation(
-                ErrorCode.PROTOCOL_ERROR, "the peer's first frame is not SETTINGS"
-            )
         if kind == _HEADERS:
             if length > limits.max_header_block_bytes:
                 raise ProtocolViolation(
