@@ -589,8 +589,9 @@ class Connection:
         """The checks a frame header allows before its payload is read."""
         limits = self.limits
         if not self._settings_received and (kind != F.SETTINGS or flags & _ACK):
-            # Before its length: bytes that are not HTTP/2 at all (an HTTP/1 server's
-            # reply) make a "length" of millions, and this is what they break.
+            # Checked before the length: bytes that are not HTTP/2 at all (an HTTP/1
+            # server's reply) read as a frame of millions of bytes, but what they break
+            # is this rule (RFC 9113 section 3.4).
             raise ProtocolViolation(
                 ErrorCode.PROTOCOL_ERROR, "the peer's first frame is not SETTINGS"
             )
@@ -758,8 +759,8 @@ class Connection:
             return
         ended = self._ended.ended_normally(stream_id)
         if ended:
-            # The peer had sent END_STREAM, and so had we: nothing of ours can have
-            # crossed it (section 5.1, "closed").
+            # The peer had ended its side itself, and we ours: no frame of ours that it
+            # had not seen yet can explain this one (section 5.1, "closed").
             raise ProtocolViolation(
                 ErrorCode.STREAM_CLOSED, f"{what} on stream {stream_id}, which both sides ended"
             )
