@@ -101,6 +101,7 @@ class Peer:
         end_headers: bool = True,
         pad: int | None = None,
         priority: bool = False,
+        depends_on: int = 0,
     ) -> bytes:
         return self.headers_block(
             stream_id,
@@ -109,6 +110,7 @@ class Peer:
             end_headers=end_headers,
             pad=pad,
             priority=priority,
+            depends_on=depends_on,
         )
 
     @staticmethod
@@ -120,6 +122,7 @@ class Peer:
         end_headers: bool = True,
         pad: int | None = None,
         priority: bool = False,
+        depends_on: int = 0,
     ) -> bytes:
         flags = []
         if end_stream:
@@ -132,7 +135,7 @@ class Peer:
             frame.pad_length = pad
         if priority:
             frame.flags.add("PRIORITY")
-            frame.depends_on = 0
+            frame.depends_on = depends_on
             frame.stream_weight = 15
         return bytes(frame.serialize())
 
@@ -155,6 +158,13 @@ class Peer:
     def settings(values: dict[int, int] | None = None, *, ack: bool = False) -> bytes:
         frame = SettingsFrame(0, settings=values or {}, flags=["ACK"] if ack else [])
         return bytes(frame.serialize())
+
+    @staticmethod
+    def settings_entries(entries: Sequence[tuple[int, int]]) -> bytes:
+        """A SETTINGS frame with ``entries`` in this order, repeats included (hyperframe
+        keeps them in a dict, so it cannot send an identifier twice)."""
+        payload = b"".join(struct.pack(">HI", key, value) for key, value in entries)
+        return raw(0x4, 0, 0, payload)
 
     @staticmethod
     def ping(payload: bytes = b"12345678", *, ack: bool = False) -> bytes:

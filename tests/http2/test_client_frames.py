@@ -195,10 +195,20 @@ CASES = [
         reason="after the end",
     ),
     Case(
-        "data on a stream that completed",
+        # RFC 9113 section 5.1 (h2spec http2/5.1/11 for the server role).
+        "data on a stream that completed ends the connection",
         lambda p: p.headers(1, RESPONSE, end_stream=True) + p.data(1, b"x"),
-        [ResponseReceived(1, RESP, True)],
+        [ResponseReceived(1, RESP, True), terminated(E.STREAM_CLOSED)],
+        [goaway(E.STREAM_CLOSED)],
+        reason="both sides ended",
+        closed=True,
+    ),
+    Case(
+        "data on a stream the server reset",
+        lambda p: p.rst(1, 8) + p.data(1, b"x"),
+        [reset(1, E.CANCEL, remote=True)],
         [rst(1, E.STREAM_CLOSED)],
+        setup=open1,
     ),
     # HEADERS -----------------------------------------------------------
     Case(
@@ -566,12 +576,11 @@ CASES = [
         closed=True,
     ),
     Case(
+        # RFC 9113 section 6.5.3: in order, the last value wins.
         "a setting twice",
         lambda p: raw(0x4, 0, 0, b"\0\x03\0\0\0\x01\0\x03\0\0\0\x02"),
-        [terminated(E.PROTOCOL_ERROR)],
-        [goaway(E.PROTOCOL_ERROR)],
-        reason="repeats",
-        closed=True,
+        [RemoteSettingsChanged({3: 2})],
+        [("Settings", 0, ("ACK",), {})],
     ),
     Case(
         "too many settings",
@@ -783,6 +792,16 @@ def test_first_frame_must_be_settings() -> None:
     events = conn.receive_data(Peer.ping(), 0.0)
     assert blank(events) == [terminated(E.PROTOCOL_ERROR)]
     assert "first frame" in reasons(events)
+
+
+def test_a_first_frame_that_is_not_settings_is_refused_before_its_length() -> None:
+    """Text from an HTTP/1 server read as a frame header: "not SETTINGS" (PROTOCOL_ERROR),
+    not the frame size error its made-up length would give."""
+    conn = Connection(client_side=True)
+    conn.data_to_send()
+    events = conn.receive_data(b"HTTP/1.0 400 Bad Request\r\n\r\n", 0.0)
+    assert blank(events) == [terminated(E.PROTOCOL_ERROR)]
+    assert "first frame is not SETTINGS" in reasons(events)
 
 
 def test_handshake() -> None:

@@ -31,15 +31,21 @@ asserted, so a change in either shows) and left out of the grammar:
   connection.
 * DATA beyond a stream's window: a stream error for us (section 6.9.1 allows either);
   h2 ends the connection.
-* HEADERS on a stream that has closed normally: a stream error (STREAM_CLOSED) for us;
-  h2 ends the connection. We keep no record of normally closed streams (bounded memory),
-  so a late frame on one must not cost the whole connection.
+* DATA on a stream both sides ended with END_STREAM: a connection error (STREAM_CLOSED)
+  for us, as RFC 9113 section 5.1 says (h2spec http2/5.1/11); h2 answers RST_STREAM.
+  (HEADERS there, h2spec http2/5.1/12, is a connection error for both: see
+  :data:`AGREEMENTS`.)
+* A stream made to depend on itself by a HEADERS frame's priority or a PRIORITY frame: a
+  stream error (PROTOCOL_ERROR) for us, as RFC 7540 section 5.3.1 says (h2spec
+  http2/5.3.1/1 and 5.3.1/2); h2 ends the connection. The grammar's priorities depend
+  on stream 0.
 * A CONTINUATION without a header block on a stream that was reset: a connection error
   for us, as RFC 9113 section 6.10 says for any such frame; h2 answers RST_STREAM once
   it has forgotten the stream, and ends the connection before. (The grammar sends it on
   an idle stream, where both end the connection.)
-* A SETTINGS frame repeating an identifier (or with more than 32 entries): a connection
-  error for us (``http2-hardening.md`` section 3, as Go); h2 applies it.
+* A SETTINGS frame with more than 32 entries: a connection error for us
+  (``http2-hardening.md`` section 3); h2 applies it. (An identifier repeated within the
+  32 is applied in order by both, RFC 9113 section 6.5.3: the grammar repeats them.)
 * An unsolicited SETTINGS ACK: we ignore it (it counts as a glitch); h2 reports it.
 * An informational (1xx) response: we drop it; h2 reports it.
 * Extension frames h2 knows (ALTSVC 0x0A, PRIORITY_UPDATE 0x10): we ignore them as
@@ -136,18 +142,17 @@ def valid_frame(draw: Callable[..., Any], model: Model) -> bytes:
     if kind == "window_conn":
         return peer.window_update(0, draw(st.integers(1, 1 << 20)))
     if kind == "settings":
-        values = draw(
-            st.dictionaries(
-                st.sampled_from([1, 3, 4, 5, 6, 0x42]),
-                st.integers(0, 1 << 20),
-                max_size=4,
+        # Identifiers may repeat (RFC 9113 section 6.5.3: processed in order).
+        entries = draw(
+            st.lists(
+                st.tuples(st.sampled_from([1, 3, 4, 5, 6, 0x42]), st.integers(0, 1 << 20)),
+                max_size=5,
             )
         )
-        if 5 in values:
-            values[5] = max(values[5], 16384)
-        if 3 in values:
-            values[3] = max(values[3], 10)
-        return peer.settings(values)
+        floors = {5: 16384, 3: 10}
+        return peer.settings_entries(
+            [(key, max(value, floors.get(key, 0))) for key, value in entries]
+        )
     if kind == "new_request":
         sid = model.next_new
         model.next_new += 2
@@ -368,15 +373,20 @@ DIFFERENCES: dict[str, tuple[Callable[[Peer], bytes], Any, Any]] = {
         ([], E.PROTOCOL_ERROR),
         ([("reset", 1, E.PROTOCOL_ERROR, False)], None),
     ),
-    "HEADERS on a stream that closed normally": (
-        lambda p: p.headers(3, RESPONSE, end_stream=True) + p.headers(3, RESPONSE),
-        ([], E.STREAM_CLOSED),
+    "DATA on a stream that closed normally": (
+        lambda p: p.headers(3, RESPONSE, end_stream=True) + p.data(3, b"x"),
         ([("response", 3, tuple(RESPONSE)), ("end", 3)], None),
+        ([("response", 3, tuple(RESPONSE)), ("end", 3)], E.STREAM_CLOSED),
     ),
-    "SETTINGS repeating an identifier": (
-        lambda p: raw(0x4, 0, 0, b"\0\x03\0\0\0\x01\0\x03\0\0\0\x02"),
-        ([("settings", {3: 2})], None),
+    "HEADERS making a stream depend on itself": (
+        lambda p: p.headers(1, RESPONSE, priority=True, depends_on=1),
         ([], E.PROTOCOL_ERROR),
+        ([("reset", 1, E.PROTOCOL_ERROR, False)], None),
+    ),
+    "PRIORITY making a stream depend on itself": (
+        lambda p: p.priority(1, depends_on=1),
+        ([], E.PROTOCOL_ERROR),
+        ([("reset", 1, E.PROTOCOL_ERROR, False)], None),
     ),
     "unsolicited SETTINGS ACK": (
         lambda p: p.settings(ack=True),
@@ -393,6 +403,47 @@ def test_documented_difference(name: str) -> None:
     data = frames(Peer())
     assert feed_h2(theirs, [data]) == h2_outcome
     assert feed_ours(mine, [data]) == our_outcome
+
+
+# Cases h2spec checks where we used to differ from h2 (or from the RFC) and now agree:
+# (role, frames one receive_data each, the outcome both must have).
+AGREEMENTS: dict[str, tuple[bool, Callable[[Peer], list[bytes]], Any]] = {
+    "http2/6.5.3/1: SETTINGS repeating an identifier": (
+        True,
+        lambda p: [p.settings_entries([(4, 100), (3, 1), (4, 1), (3, 2)])],
+        ([("settings", {3: 2, 4: 1})], None),
+    ),
+    "http2/5.1/12: HEADERS on a stream that closed normally": (
+        True,
+        lambda p: [p.headers(3, RESPONSE, end_stream=True), p.headers(3, RESPONSE)],
+        ([("response", 3, tuple(RESPONSE)), ("end", 3)], E.STREAM_CLOSED),
+    ),
+    "http2/5.1.1/2: a new stream below the highest": (
+        False,
+        lambda p: [p.headers(5, REQUEST, end_stream=True), p.headers(3, REQUEST, end_stream=True)],
+        ([("request", 5, tuple(REQUEST)), ("end", 5)], E.PROTOCOL_ERROR),
+    ),
+    "HEADERS after the peer's RST_STREAM (a stream error)": (
+        False,
+        lambda p: [p.headers(1, REQUEST), p.rst(1, 8), p.headers(1, TRAILERS, end_stream=True)],
+        (
+            [("request", 1, tuple(REQUEST)), ("reset", 1, E.CANCEL, True)],
+            None,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGREEMENTS))
+def test_agreement_on_h2spec_cases(name: str) -> None:
+    """Frame by frame the same events, error and replies (RST_STREAM, GOAWAY) as h2."""
+    client_side, frames, outcome = AGREEMENTS[name]
+    data = frames(Peer())
+    theirs, mine = clients() if client_side else servers()
+    assert feed_h2(theirs, data) == outcome
+    assert feed_ours(mine, data) == outcome
+    theirs, mine = clients() if client_side else servers()
+    run_differential(theirs, mine, data, [[] for _ in data])
 
 
 def test_stream_window_overrun_difference() -> None:

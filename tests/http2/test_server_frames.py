@@ -81,10 +81,13 @@ CASES = [
         [RequestReceived(1, REQ, True), RequestReceived(7, REQ, True)],
     ),
     Case(
-        "a new stream below the highest one",
+        # RFC 9113 section 5.1.1 (h2spec http2/5.1.1/2).
+        "a new stream below the highest one ends the connection",
         lambda p: p.headers(5, REQUEST, end_stream=True) + p.headers(3, REQUEST, end_stream=True),
-        [RequestReceived(5, REQ, True)],
-        [rst(3, E.STREAM_CLOSED)],
+        [RequestReceived(5, REQ, True), terminated(E.PROTOCOL_ERROR, 5)],
+        [goaway(E.PROTOCOL_ERROR, 5)],
+        reason="must increase",
+        closed=True,
     ),
     Case(
         "a client opening an even stream",

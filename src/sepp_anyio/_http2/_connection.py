@@ -23,10 +23,19 @@ Theory of operation:
   ignored. Neither raises: only the caller's own misuse raises
   (:class:`~._errors.LocalProtocolError`).
 * Streams live in one dict while open and are dropped as they close. Of closed streams
-  only the ones *we* reset are remembered, for a bounded time and number
-  (:mod:`._closed`), so late frames on them are ignored; frames on any other closed
-  stream are a stream error (STREAM_CLOSED). Memory per connection is bounded by the
-  open streams, the reset memory and one frame of input.
+  the ones *we* reset are remembered for a bounded time and number, so late frames on
+  them are ignored, and the others by number only, with how they ended
+  (:mod:`._closed`). RFC 9113 section 5.1: HEADERS or DATA on a stream both sides ended
+  is a connection error (STREAM_CLOSED); on a stream the peer reset, a stream error
+  (STREAM_CLOSED). A stream id at or below the highest one seen that is remembered as
+  neither decides by itself: in the server role HEADERS on it open a stream out of order
+  (section 5.1.1: a connection error, PROTOCOL_ERROR); DATA, and anything in the client
+  role (where every such id is a stream we opened, and late trailers after our reset
+  are the likely frame), get a stream error (STREAM_CLOSED). Memory per connection is
+  bounded by the open streams, the two memories and one frame of input.
+* A stream cannot depend on itself (RFC 7540 section 5.3.1, which h2spec checks): a
+  HEADERS frame with the PRIORITY flag, or a PRIORITY frame, saying so is a stream error
+  (PROTOCOL_ERROR). Other priority information is ignored (RFC 9113 section 5.3.2).
 * Flow control: DATA the caller is given must be handed back with
   :meth:`Connection.acknowledge_received_data`; the connection decides when to send
   WINDOW_UPDATE (:mod:`._flow`). DATA nobody will read (closed or refused streams) is
@@ -54,7 +63,7 @@ from collections.abc import Hashable, Sequence
 import hpack
 
 from . import _frames as F
-from ._closed import ResetStreams
+from ._closed import EndedStreams, ResetStreams
 from ._errors import (
     ConnectionClosedError,
     ErrorCode,
@@ -154,6 +163,7 @@ class Connection:
         "_block",
         "_block_end_stream",
         "_block_frames",
+        "_block_self_dependent",
         "_block_stream",
         "_careful",
         "_closed",
@@ -161,6 +171,7 @@ class Connection:
         "_decoder",
         "_empty_run",
         "_encoder",
+        "_ended",
         "_glitches",
         "_goaway_received",
         "_goaway_sent",
@@ -169,7 +180,6 @@ class Connection:
         "_inbound",
         "_last_ping_at",
         "_last_processed",
-        "_late_ids",
         "_max_inbound_frame",
         "_new_streams_read",
         "_next_stream_id",
@@ -248,12 +258,13 @@ class Connection:
         self._resets = ResetStreams(
             ttl=limits.reset_memory_seconds, limit=limits.reset_memory_streams
         )
-        # Streams that completed, or that the peer reset, recently -> how many more
-        # RST_STREAM/WINDOW_UPDATE frames the peer may still send on them: RFC 9113
-        # section 5.1 allows them "for a short period" after our END_STREAM (a client
-        # cancelling as the reply arrives), and a peer that reset a stream answers each
-        # of our frames still in flight with another RST_STREAM (python h2 does).
-        self._late_ids: dict[int, int] = {}
+        # Streams that completed, or that the peer reset, recently: how they ended, and
+        # how many more RST_STREAM/WINDOW_UPDATE frames the peer may still send on them:
+        # RFC 9113 section 5.1 allows them "for a short period" after our END_STREAM (a
+        # client cancelling as the reply arrives), and a peer that reset a stream
+        # answers each of our frames still in flight with another RST_STREAM (python h2
+        # does).
+        self._ended = EndedStreams(limit=limits.reset_memory_streams)
         self._glitches = TokenBucket(limits.glitch_burst, limits.glitch_refill_per_second)
         self._reset_budget = TokenBucket(limits.reset_budget, limits.reset_refill_per_second)
         self._empty_run = 0
@@ -269,6 +280,7 @@ class Connection:
         self._block: bytearray | None = None
         self._block_stream = 0
         self._block_end_stream = False
+        self._block_self_dependent = False
         self._block_frames = 0
         # Until the peer's first SETTINGS, every frame header takes the careful path.
         self._careful = True
@@ -576,6 +588,13 @@ class Connection:
     def _check_header(self, length: int, kind: int, flags: int, stream_id: int) -> None:
         """The checks a frame header allows before its payload is read."""
         limits = self.limits
+        if not self._settings_received and (kind != F.SETTINGS or flags & _ACK):
+            # Checked before the length: bytes that are not HTTP/2 at all (an HTTP/1
+            # server's reply) read as a frame of millions of bytes, but what they break
+            # is this rule (RFC 9113 section 3.4).
+            raise ProtocolViolation(
+                ErrorCode.PROTOCOL_ERROR, "the peer's first frame is not SETTINGS"
+            )
         if length > self._max_inbound_frame:
             raise ProtocolViolation(
                 ErrorCode.FRAME_SIZE_ERROR,
@@ -599,10 +618,6 @@ class Connection:
                     f"header block over {limits.max_header_block_bytes} bytes",
                 )
             return
-        if not self._settings_received and (kind != F.SETTINGS or flags & _ACK):
-            raise ProtocolViolation(
-                ErrorCode.PROTOCOL_ERROR, "the peer's first frame is not SETTINGS"
-            )
         if kind == _HEADERS:
             if length > limits.max_header_block_bytes:
                 raise ProtocolViolation(
@@ -742,6 +757,26 @@ class Connection:
             if not late:
                 self._glitch(f"{what} on a stream we reset, beyond what was in flight")
             return
+        ended = self._ended.ended_normally(stream_id)
+        if ended:
+            # The peer had ended its side itself, and we ours: no frame of ours that it
+            # had not seen yet can explain this one (section 5.1, "closed").
+            raise ProtocolViolation(
+                ErrorCode.STREAM_CLOSED, f"{what} on stream {stream_id}, which both sides ended"
+            )
+        if ended is None and length < 0 and not self.client_side:
+            # Nothing remembered of a client's stream at or below the highest it opened:
+            # an attempt to open it out of order, or a stream closed long ago (section
+            # 5.1 lets a frame that late be a PROTOCOL_ERROR too). gRPC clients send no
+            # request trailers, so no HEADERS of theirs can be late.
+            raise ProtocolViolation(
+                ErrorCode.PROTOCOL_ERROR,
+                f"HEADERS on stream {stream_id}, at or below stream"
+                f" {self._highest_peer_stream} already opened (stream ids must increase)",
+            )
+        # After the peer's RST_STREAM (section 5.1: a stream error), or, forgotten, a
+        # stream of ours that may have been one we reset: a stream error, not the
+        # connection.
         self._glitch(f"{what} on a closed stream")
         self._reset_closed(stream_id, ErrorCode.STREAM_CLOSED, 0)
 
@@ -752,6 +787,7 @@ class Connection:
     ) -> None:
         if stream_id == 0:
             raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
+        self_dependent = False
         if flags & (_PADDED | _PRIORITY_FLAG):
             pad = 0
             if flags & _PADDED:
@@ -762,6 +798,11 @@ class Connection:
                 pad = buf[start]
                 start += 1
             if flags & _PRIORITY_FLAG:
+                if start + 5 > end:
+                    raise ProtocolViolation(
+                        ErrorCode.PROTOCOL_ERROR, "HEADERS padding exceeds the frame"
+                    )
+                self_dependent = F.unpack_u32(buf, start) & 0x7FFFFFFF == stream_id
                 start += 5
             if start + pad > end:
                 raise ProtocolViolation(
@@ -770,7 +811,9 @@ class Connection:
             end -= pad
         if flags & _END_HEADERS:
             self._empty_run = 0
-            self._on_header_block(stream_id, bool(flags & _END_STREAM), buf[start:end], events)
+            self._on_header_block(
+                stream_id, bool(flags & _END_STREAM), buf[start:end], events, self_dependent
+            )
             return
         if start == end:
             self._empty_frame()
@@ -779,6 +822,7 @@ class Connection:
         self._block = bytearray(buf[start:end])
         self._block_stream = stream_id
         self._block_end_stream = bool(flags & _END_STREAM)
+        self._block_self_dependent = self_dependent
         self._block_frames = 0
         self._careful = True
 
@@ -793,7 +837,13 @@ class Connection:
             self._empty_run = 0
             self._block = None
             self._careful = not self._settings_received
-            self._on_header_block(self._block_stream, self._block_end_stream, bytes(block), events)
+            self._on_header_block(
+                self._block_stream,
+                self._block_end_stream,
+                bytes(block),
+                events,
+                self._block_self_dependent,
+            )
         elif start == end:
             self._empty_frame()
         else:
@@ -814,12 +864,19 @@ class Connection:
             ) from None
 
     def _on_header_block(
-        self, stream_id: int, end_stream: bool, block: bytes, events: list[Event]
+        self,
+        stream_id: int,
+        end_stream: bool,
+        block: bytes,
+        events: list[Event],
+        self_dependent: bool = False,
     ) -> None:
+        """A whole header block on ``stream_id``; ``self_dependent``: its HEADERS frame
+        had the PRIORITY flag and made the stream depend on itself."""
         stream = self._streams.get(stream_id)
         if stream is None:
             if not self.client_side and stream_id & 1 and stream_id > self._highest_peer_stream:
-                self._new_request(stream_id, end_stream, block, events)
+                self._new_request(stream_id, end_stream, block, events, self_dependent)
                 return
             if self._is_idle(stream_id):
                 raise ProtocolViolation(
@@ -831,6 +888,11 @@ class Connection:
         decoded = self._decode(block)
         if not (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL):
             self._frame_on_closed(stream_id, stream, "HEADERS", events)
+            return
+        if self_dependent:
+            self._stream_error(
+                stream, ErrorCode.PROTOCOL_ERROR, _depends_on_itself("HEADERS", stream_id), events
+            )
             return
         if stream.headers_received:
             kind = TRAILERS
@@ -895,7 +957,12 @@ class Connection:
         events.append(TrailersReceived(stream_id, headers))
 
     def _new_request(
-        self, stream_id: int, end_stream: bool, block: bytes, events: list[Event]
+        self,
+        stream_id: int,
+        end_stream: bool,
+        block: bytes,
+        events: list[Event],
+        self_dependent: bool = False,
     ) -> None:
         """Server role: HEADERS opening a stream."""
         # Opening this stream closes every idle stream below it (RFC 9113 section 5.1.1).
@@ -906,6 +973,10 @@ class Connection:
         if goaway is not None and stream_id > goaway:
             # Not processed, as our GOAWAY said; later frames on it are ignored too.
             self._resets.add(stream_id, self._stream_window)
+            return
+        if self_dependent:
+            # Opened (and closed at once), like a malformed request: never handed over.
+            self._refuse(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         self._new_streams_read += 1
         if self._new_streams_read > limits.max_new_streams_per_read:
@@ -977,12 +1048,28 @@ class Connection:
             if stream_id == 0:
                 raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
             self._glitch("PRIORITY")
+            if F.unpack_u32(buf, start) & 0x7FFFFFFF == stream_id:
+                self._on_self_dependent_priority(stream_id, events)
         elif kind == F.PUSH_PROMISE:
             raise ProtocolViolation(
                 ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0"
             )
         else:
             self._glitch(f"frame of unknown type {kind:#x}")
+
+    def _on_self_dependent_priority(self, stream_id: int, events: list[Event]) -> None:
+        """A PRIORITY frame making ``stream_id`` depend on itself: a stream error
+        (PROTOCOL_ERROR) in any state, since PRIORITY may come on idle and closed
+        streams too; only an open stream has anything to close (as Go does, an idle or
+        closed one just gets the RST_STREAM)."""
+        reason = _depends_on_itself("PRIORITY", stream_id)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, reason, events)
+            return
+        self._reply(F.rst_stream(stream_id, ErrorCode.PROTOCOL_ERROR))
+        if not self.client_side:
+            self._spend_reset_budget()
 
     def _on_window_update(self, increment: int, stream_id: int, events: list[Event]) -> None:
         if stream_id == 0:
@@ -1002,7 +1089,7 @@ class Connection:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}"
                 )
-            if not self._late_frame(stream_id):
+            if not self._ended.late_frame(stream_id):
                 self._glitch("WINDOW_UPDATE on a closed stream")
             return
         if increment == 0:
@@ -1030,11 +1117,11 @@ class Connection:
             if stream_id in resets:
                 # Our reset and the peer's crossed; it sends nothing more on the stream.
                 del resets[stream_id]
-            elif not self._late_frame(stream_id):
+            elif not self._ended.late_frame(stream_id):
                 self._glitch("RST_STREAM on a closed stream")
             return
         stream.advance(RECV_RST)
-        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_PEER_RESET)
+        self._ended.add(stream_id, _LATE_FRAMES_AFTER_PEER_RESET, peer_reset=True)
         events.append(StreamReset(stream_id, error_code(code), True))
         if not self.client_side:
             # A stream reset before it completed: the rapid-reset pattern.
@@ -1063,16 +1150,20 @@ class Connection:
             if SettingCode.MAX_CONCURRENT_STREAMS not in changed:
                 # Assumed only until the peer's SETTINGS: without the setting, no limit.
                 peer.max_concurrent_streams = UNLIMITED
+        # Each INITIAL_WINDOW_SIZE moves the windows by its difference from the value
+        # before it (section 6.9.2), in the frame's order: a window overflows at the
+        # largest value the frame went through if anywhere, and ends moved by the net
+        # difference.
         delta = peer.initial_window_size - old_window
-        if delta:
+        peak = peer.initial_window_peak - old_window
+        if delta or peak > 0:
             for stream in self._streams.values():
-                window = grow(stream.send_window, delta)
-                if window is None:
+                if grow(stream.send_window, peak) is None:
                     raise ProtocolViolation(
                         ErrorCode.FLOW_CONTROL_ERROR,
                         "SETTINGS_INITIAL_WINDOW_SIZE change overflows a stream's window",
                     )
-                stream.send_window = window
+                stream.send_window += delta
         if SettingCode.HEADER_TABLE_SIZE in changed:
             self._encoder.set_table_size(peer.header_table_size)
         if SettingCode.MAX_HEADER_LIST_SIZE in changed:
@@ -1188,30 +1279,9 @@ class Connection:
         """Both sides ended ``stream`` normally."""
         stream_id = stream.stream_id
         del self._streams[stream_id]
-        self._expect_late_frames(stream_id, _LATE_FRAMES_AFTER_COMPLETION)
+        self._ended.add(stream_id, _LATE_FRAMES_AFTER_COMPLETION, peer_reset=False)
         if not self.client_side:
             self._reset_budget.give()
-
-    def _expect_late_frames(self, stream_id: int, count: int) -> None:
-        """Remember that the peer may still send ``count`` RST_STREAM/WINDOW_UPDATE
-        frames on the closed ``stream_id`` (the last ``reset_memory_streams`` streams)."""
-        late = self._late_ids
-        late[stream_id] = count
-        if len(late) > self.limits.reset_memory_streams:
-            del late[next(iter(late))]
-
-    def _late_frame(self, stream_id: int) -> bool:
-        """Whether a RST_STREAM or WINDOW_UPDATE on the closed ``stream_id`` is one the
-        peer may still send (see ``_expect_late_frames``)."""
-        late = self._late_ids
-        left = late.get(stream_id)
-        if left is None:
-            return False
-        if left <= 1:
-            del late[stream_id]
-        else:
-            late[stream_id] = left - 1
-        return True
 
     # ------------------------------------------------------------ sending
 
@@ -1553,3 +1623,7 @@ class Connection:
 
 
 _KIND = {REQUEST: "request", RESPONSE: "response", TRAILERS: "trailers"}
+
+
+def _depends_on_itself(what: str, stream_id: int) -> str:
+    return f"{what} makes stream {stream_id} depend on itself (RFC 7540 section 5.3.1)"

@@ -51,7 +51,8 @@ class Limits:
     #: Entries in one SETTINGS frame. Section 3.
     max_settings_entries: int = 32
     #: How long, and how many, streams we reset are remembered (late frames on them
-    #: are ignored). Section 1 ("Ours (client)").
+    #: are ignored). Section 1 ("Ours (client)"). ``reset_memory_streams`` also bounds
+    #: the memory of how the other closed streams ended (``_closed.EndedStreams``).
     reset_memory_seconds: float = 1.0
     reset_memory_streams: int = 500
     #: Server: SETTINGS_MAX_CONCURRENT_STREAMS we advertise and enforce, counting

@@ -6,9 +6,11 @@ receive window, a larger frame size) applies at once, since a peer that has not 
 yet only sends less; what would tighten one we do not change after the start, so there
 is no window in which the peer may overshoot a value it has not acknowledged.
 
-:class:`PeerSettings` validates each value as section 6.5.2 says, plus two rules of our
-own (``http2-hardening.md`` section 3): at most ``max_entries`` entries per frame, and
-no identifier twice in one frame.
+:class:`PeerSettings` validates each value as section 6.5.2 says, plus one rule of our
+own (``http2-hardening.md`` section 3): at most ``max_entries`` entries per frame. An
+identifier may appear more than once in a frame: section 6.5.3 has the values processed in
+the order they appear, so the last one wins (h2spec http2/6.5.3/1 sends
+SETTINGS_INITIAL_WINDOW_SIZE twice; refusing that breaks real peers).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class PeerSettings:
         "client_side",
         "enable_push",
         "header_table_size",
+        "initial_window_peak",
         "initial_window_size",
         "max_concurrent_streams",
         "max_entries",
@@ -80,30 +83,34 @@ class PeerSettings:
         # the server's SETTINGS arrive (http2-hardening.md section 6: 100).
         self.max_concurrent_streams = max_concurrent_streams
         self.initial_window_size = DEFAULT_INITIAL_WINDOW_SIZE
+        # The largest SETTINGS_INITIAL_WINDOW_SIZE the last frame passed through on its
+        # way to its final value (see apply()).
+        self.initial_window_peak = DEFAULT_INITIAL_WINDOW_SIZE
         self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
         self.max_header_list_size = UNLIMITED
 
     def apply(self, entries: list[tuple[int, int]]) -> dict[int, int]:
-        """Take the entries of one SETTINGS frame; return the values that changed.
+        """Take the entries of one SETTINGS frame, in order; return the values that
+        changed (for an identifier given more than once, its last value).
+
+        :attr:`initial_window_peak` is set to the largest SETTINGS_INITIAL_WINDOW_SIZE
+        the frame went through (its current value if the frame has none): processed in
+        order, each value moves every stream's send window by its difference from the
+        one before, so a window overflows at that peak if anywhere, while the frame as a
+        whole moves it by ``initial_window_size`` minus its value before.
 
         Raises:
             ProtocolViolation: an invalid value (PROTOCOL_ERROR, or FLOW_CONTROL_ERROR
-                for an INITIAL_WINDOW_SIZE above 2**31 - 1), a repeated identifier
-                (PROTOCOL_ERROR) or too many entries (ENHANCE_YOUR_CALM). Nothing is
-                applied then.
+                for an INITIAL_WINDOW_SIZE above 2**31 - 1) or too many entries
+                (ENHANCE_YOUR_CALM). Nothing is applied then.
         """
         if len(entries) > self.max_entries:
             raise ProtocolViolation(
                 ErrorCode.ENHANCE_YOUR_CALM,
                 f"SETTINGS frame with {len(entries)} entries (limit {self.max_entries})",
             )
-        seen: set[int] = set()
+        peak = self.initial_window_size
         for key, value in entries:
-            if key in seen:
-                raise ProtocolViolation(
-                    ErrorCode.PROTOCOL_ERROR, f"SETTINGS frame repeats identifier {key:#x}"
-                )
-            seen.add(key)
             if key == _ENABLE_PUSH:
                 if value > 1:
                     raise ProtocolViolation(
@@ -119,6 +126,8 @@ class PeerSettings:
                         ErrorCode.FLOW_CONTROL_ERROR,
                         f"SETTINGS_INITIAL_WINDOW_SIZE of {value} exceeds 2**31 - 1",
                     )
+                if value > peak:
+                    peak = value
             elif key == _MAX_FRAME_SIZE:
                 if not DEFAULT_MAX_FRAME_SIZE <= value <= MAX_MAX_FRAME_SIZE:
                     raise ProtocolViolation(
@@ -129,6 +138,7 @@ class PeerSettings:
                 raise ProtocolViolation(
                     ErrorCode.PROTOCOL_ERROR, f"SETTINGS_ENABLE_CONNECT_PROTOCOL of {value}"
                 )
+        self.initial_window_peak = peak
         changes: dict[int, int] = {}
         for key, value in entries:
             if key == _HEADER_TABLE_SIZE:

@@ -26,7 +26,8 @@ HEADERS (response headers, trailers) and DATA keep a stream in its state while i
 side is open. :data:`TRANSITIONS` lists every allowed (state, input) pair; anything
 else is not allowed (:meth:`Stream.advance` returns False and changes nothing). A
 closed stream is dropped by the connection at once: what it still needs to know about
-closed streams (which ones it reset recently) lives in :mod:`._closed`.
+closed streams (which ones it reset recently, and how the others ended: both
+END_STREAMs or the peer's RST_STREAM) lives in :mod:`._closed`.
 
 A stream also carries its two windows (see :mod:`._flow`): the send window as an
 integer and the receive window inline (``recv_available``/``recv_unacked``), so that a

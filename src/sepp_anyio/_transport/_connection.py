@@ -76,6 +76,9 @@ _LIMITS = _http2.Limits(
     max_continuations=(MAX_HEADER_LIST_SIZE >> 14) + 1,
 )
 _READ_SIZE = 1 << 18
+# The server's first bytes kept: enough to tell a TLS record (5) and a SETTINGS frame
+# header (9) from anything else, and to quote the first line of a text reply.
+_FIRST_BYTES = 64
 _NO_SCOPE = contextlib.nullcontext()
 
 _RST_TO_STATUS = {
@@ -101,6 +104,37 @@ def status_for_reset(code: int) -> Status:
         return _RST_TO_STATUS[ErrorCode(code)]
     except ValueError:
         return Status.INTERNAL
+
+
+def _looks_like_tls(data: bytes) -> bool:
+    """Whether ``data`` starts like a TLS record (as the channel tells it: a handshake or
+    alert record of major version 3)."""
+    return len(data) >= 2 and data[0] in (21, 22) and data[1] == 3
+
+
+def _cannot_start_settings(data: bytes, max_frame_size: int) -> bool:
+    """Whether ``data``, the first bytes a server sent (fewer than 9 are judged as far as
+    they go), cannot begin a SETTINGS frame: a multiple of 6 bytes long and at most our
+    ``max_frame_size``, type 0x4, no ACK flag, stream 0."""
+    head = data[:9]
+    # The smallest length these bytes allow (missing ones as 0).
+    length = int.from_bytes(head[:3].ljust(3, b"\0"), "big")
+    if length > max_frame_size or (len(head) >= 3 and length % 6):
+        return True
+    if len(head) > 3 and head[3] != 0x4:
+        return True
+    if len(head) > 4 and head[4] & 0x1:
+        return True
+    stream = head[5:]
+    return bool(stream) and bool(stream[0] & 0x7F or any(stream[1:]))
+
+
+def _excerpt(data: bytes) -> str:
+    """The first line of a text reply, quoted; else the first bytes."""
+    line = data.split(b"\n", 1)[0].strip()[:40]
+    if line and all(32 <= byte < 127 for byte in line):
+        return f'"{line.decode("ascii")}"'
+    return repr(data[:9])
 
 
 def _code_name(code: int) -> str:
@@ -222,8 +256,9 @@ class Connection:
         self._window_waiters: list[anyio.Event] = []
         self._ping_ack: anyio.Event | None = None
         self._ping_payload = b""
-        # The first bytes the server sent (up to 5): enough to tell a TLS record (a
-        # plaintext client talking to a TLS server) from HTTP/2 when the handshake fails.
+        # The first bytes the server sent (up to 64): enough to tell a TLS record (a
+        # plaintext client talking to a TLS server), and something that is not HTTP/2 at
+        # all (an HTTP/1 server on the port), from HTTP/2 when the handshake fails.
         self.first_bytes = b""
         self._scope: anyio.CancelScope | None = None
         # The channel forgets a connection through this once it has closed.
@@ -476,8 +511,8 @@ class Connection:
         try:
             while True:
                 data = await receive(_READ_SIZE)
-                if len(self.first_bytes) < 5:
-                    self.first_bytes += data[: 5 - len(self.first_bytes)]
+                if len(self.first_bytes) < _FIRST_BYTES:
+                    self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
                 for event in h2conn.receive_data(data, anyio.current_time()):
                     dispatch(event)
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
@@ -491,9 +526,28 @@ class Connection:
                 if h2conn.should_pause_reading:
                     await self._drain_output()
         except anyio.EndOfStream:
-            self.fail(self.unavailable("connection closed by the server"))
+            self.fail(self._not_http2() or self.unavailable("connection closed by the server"))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self.fail(self.unavailable(f"connection lost: {exc!r}"))
+            self.fail(self._not_http2() or self.unavailable(f"connection lost: {exc!r}"))
+
+    def _not_http2(self) -> GRPCError | None:
+        """The error to report if the server's first bytes were not HTTP/2 at all (an
+        HTTP/1 server, or another protocol, on the port), else None.
+
+        An HTTP/2 server's first frame is a SETTINGS frame (RFC 9113 section 3.4); text
+        read as a frame header is a frame of millions of bytes of some other type, and
+        the protocol error that makes ("frame of 3940676 bytes exceeds ...") would not
+        tell the user what is wrong. A TLS record is left to the channel, which says to
+        use TLS.
+        """
+        first = self.first_bytes
+        if self.h2.handshake_complete or not first or _looks_like_tls(first):
+            return None
+        if not _cannot_start_settings(first, self.h2.limits.max_frame_size):
+            return None
+        return self.unavailable(
+            f"not an HTTP/2 (gRPC) server (it answered {_excerpt(first)}); is this the right port?"
+        )
 
     async def _keepalive(self) -> None:
         """PING every interval, also while idle; a missing ACK kills the link.
@@ -565,7 +619,7 @@ class Connection:
             self._on_goaway(event)
         elif kind is _http2.ConnectionTerminated:
             assert isinstance(event, _http2.ConnectionTerminated)
-            self._terminated = self.unavailable(
+            self._terminated = self._not_http2() or self.unavailable(
                 f"HTTP/2 protocol error from the server: {event.reason}"
             )
 
