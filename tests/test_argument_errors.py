@@ -204,9 +204,9 @@ SYNC_CASES: list[tuple[str, Bad, type[Exception]]] = [
     ("Cron: 30 February", lambda: _cron("0 0 30 2 *"), ValueError),
     ("Cron: expression not a str", lambda: _cron(5), TypeError),  # type: ignore[arg-type]
     ("Cron: unknown zone", lambda: _cron("* * * * *", timezone="Mars/Olympus"), ValueError),
-    ("Cron: zone not a str", lambda: _cron("* * * * *", timezone=3), TypeError),  # type: ignore[arg-type]
+    ("Cron: zone not a str", lambda: _cron("* * * * *", timezone=3), TypeError),
     ("Cron: empty name", lambda: _cron("* * * * *", name=""), ValueError),
-    ("Cron: name not a str", lambda: _cron("* * * * *", name=5), TypeError),  # type: ignore[arg-type]
+    ("Cron: name not a str", lambda: _cron("* * * * *", name=5), TypeError),
     (
         "Cron: factory not callable",
         lambda: sepp.Cron("* * * * *", _TASK, 5),  # type: ignore[arg-type]
