@@ -42,7 +42,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 
 
 @asynccontextmanager
-async def reference_server(**limits: int) -> AsyncIterator[tuple[NetworkServer, Engine]]:
+async def reference_server(**limits: Any) -> AsyncIterator[tuple[NetworkServer, Engine]]:
     """The reference server with these ``[limits]`` (the rest default), in this loop."""
     config = ServerConfig(limits=LimitsConfig(**limits))
     async with Engine(config) as engine, NetworkServer(engine, port=0, shutdown_grace=1.0) as net:

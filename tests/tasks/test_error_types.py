@@ -221,3 +221,21 @@ async def test_the_worker_dead_letters_a_too_deep_payload_on_its_first_attempt()
 def test_the_names_are_exported() -> None:
     assert sepp.InvalidArgumentError is InvalidArgumentError
     assert issubclass(InvalidArgumentError, ValueError)
+
+
+async def test_worker_task_refuses_a_one_parameter_function_saying_it_takes_too_few() -> None:
+    task = Task("emails", "welcome", int)
+    async with open_in_memory_client() as (client, _engine):
+        worker = Worker(client, ["emails"])
+
+        async def welcome(job: int) -> None:
+            pass
+
+        with pytest.raises(InvalidArgumentTypeError) as info:
+            worker.task(task)(welcome)  # type: ignore[arg-type]
+        assert str(info.value) == (
+            "Task 'emails/welcome': the handler test_worker_task_refuses_a_one_parameter_"
+            "function_saying_it_takes_too_few.<locals>.welcome takes 1 positional parameter "
+            "(job); it must accept 2: (value, ctx)"
+        )
+        assert worker.handlers == {}
