@@ -449,8 +449,7 @@ class Task(Generic[T]):
             problem = _signature_problem(signature)
             what, hint = problem if problem is not None else (f"cannot be called: {exc}", "")
             raise InvalidArgumentTypeError(
-                f"Task {self._label}: the handler {name} {what}; it must accept 2: "
-                f"(value, ctx){hint}"
+                f"Task {self._label}: the handler {name} {what}; it must accept (value, ctx){hint}"
             ) from None
         first = next(iter(signature.parameters.values()))
         expected = self._type

@@ -216,42 +216,40 @@ async def for_another_type(job: Other, ctx: JobCtx) -> None:
         (
             one_parameter,
             "the handler one_parameter takes 1 positional parameter (job); "
-            "it must accept 2: (value, ctx)",
+            "it must accept (value, ctx)",
         ),
         (
             no_parameters,
-            "the handler no_parameters takes no positional parameters; "
-            "it must accept 2: (value, ctx)",
+            "the handler no_parameters takes no positional parameters; it must accept (value, ctx)",
         ),
         (
             lambda job: None,
-            "the handler <lambda> takes 1 positional parameter (job); "
-            "it must accept 2: (value, ctx)",
+            "the handler <lambda> takes 1 positional parameter (job); it must accept (value, ctx)",
         ),
         (
             three_parameters,
             "the handler three_parameters requires 3 positional parameters (job, ctx, extra); "
-            "it must accept 2: (value, ctx) (give extra a default)",
+            "it must accept (value, ctx) (give extra a default)",
         ),
         (
             four_parameters,
             "the handler four_parameters requires 4 positional parameters (job, ctx, extra, "
-            "more); it must accept 2: (value, ctx) (give extra and more a default)",
+            "more); it must accept (value, ctx) (give extra and more a default)",
         ),
         (
             keyword_only,
-            "the handler keyword_only takes no positional parameters; it must accept 2: "
+            "the handler keyword_only takes no positional parameters; it must accept "
             "(value, ctx) (job and ctx are keyword-only: remove the '*' before them)",
         ),
         (
             keyword_only_ctx,
             "the handler keyword_only_ctx takes 1 positional parameter (job); it must accept "
-            "2: (value, ctx) (ctx is keyword-only: remove the '*' before it)",
+            "(value, ctx) (ctx is keyword-only: remove the '*' before it)",
         ),
         (
             required_keyword,
             "the handler required_keyword requires the keyword-only parameter flag; it must "
-            "accept 2: (value, ctx) and nothing else (give flag a default)",
+            "accept (value, ctx) and nothing else (give flag a default)",
         ),
         (
             for_another_type,
