@@ -24,10 +24,23 @@ from sepp_anyio import (
     SeppError,
     TraceContext,
 )
+from sepp_anyio._cron import run_cron
 from sepp_anyio._wire._convert import seconds_to_duration
 from sepp_anyio.testing import open_in_memory_client
 
 Bad = Callable[[], object]
+
+
+class _NoJson:
+    """A class neither pydantic nor msgspec can check (it has no fields they know)."""
+
+
+_TASK = sepp.Task("q", "t", int)
+
+
+def _cron(expr: str, **options: Any) -> sepp.Cron[int]:
+    return sepp.Cron(expr, _TASK, lambda slot: 1, **options)
+
 
 # (label, call, the builtin it must also be)
 SYNC_CASES: list[tuple[str, Bad, type[Exception]]] = [
@@ -176,6 +189,35 @@ SYNC_CASES: list[tuple[str, Bad, type[Exception]]] = [
         ValueError,
     ),
     ("seconds_to_duration: infinite", lambda: seconds_to_duration(float("inf")), ValueError),
+    # Typed tasks: a value that does not validate, a declaration no library can check, a
+    # handler of the wrong shape (issue #29: these were plain ValueError/TypeError).
+    ("Task.encode: wrong type", lambda: _TASK.encode("1"), ValueError),  # type: ignore[arg-type]
+    ("Task.request: wrong type", lambda: _TASK.request(None), ValueError),  # type: ignore[arg-type]
+    ("Task: unsupported annotation", lambda: sepp.Task("q", "t", _NoJson), TypeError),
+    ("Task.check_handler: one parameter", lambda: _TASK.check_handler(lambda v: None), TypeError),
+    ("Task.check_handler: not callable", lambda: _TASK.check_handler(5), TypeError),  # type: ignore[arg-type]
+    # Cron: the expression, its arguments, run_cron's.
+    ("Cron: minute 61", lambda: _cron("61 * * * *"), ValueError),
+    ("Cron: 4 fields", lambda: _cron("* * * *"), ValueError),
+    ("Cron: unknown shorthand", lambda: _cron("@fortnightly"), ValueError),
+    ("Cron: never fires", lambda: _cron("0 0 */20 * 1L"), ValueError),
+    ("Cron: 30 February", lambda: _cron("0 0 30 2 *"), ValueError),
+    ("Cron: expression not a str", lambda: _cron(5), TypeError),  # type: ignore[arg-type]
+    ("Cron: unknown zone", lambda: _cron("* * * * *", timezone="Mars/Olympus"), ValueError),
+    ("Cron: zone not a str", lambda: _cron("* * * * *", timezone=3), TypeError),
+    ("Cron: empty name", lambda: _cron("* * * * *", name=""), ValueError),
+    ("Cron: name not a str", lambda: _cron("* * * * *", name=5), TypeError),
+    (
+        "Cron: factory not callable",
+        lambda: sepp.Cron("* * * * *", _TASK, 5),  # type: ignore[arg-type]
+        TypeError,
+    ),
+    ("Cron: negative catch_up", lambda: _cron("* * * * *", catch_up=-1), ValueError),
+    (
+        "Cron: catch_up_window over a year",
+        lambda: _cron("* * * * *", catch_up_window=400 * 86400),
+        ValueError,
+    ),
 ]
 
 
@@ -252,6 +294,19 @@ async def test_bad_settle_arguments_raise_sepp_errors() -> None:
                 await job.ctx.extend(seconds)
             assert isinstance(caught.value, InvalidArgumentError)
         await client.ack(job.ctx)
+
+
+@pytest.mark.anyio
+async def test_bad_run_cron_arguments_raise_sepp_errors() -> None:
+    async with open_in_memory_client() as (client, _):
+        for crons, expected in (
+            ([], InvalidArgumentError),
+            ([_cron("* * * * *"), _cron("0 * * * *")], InvalidArgumentError),  # same name
+            (["* * * * *"], InvalidArgumentTypeError),
+        ):
+            with pytest.raises(SeppError) as caught:
+                await run_cron(client, crons)  # type: ignore[arg-type]
+            assert isinstance(caught.value, expected), type(caught.value)
 
 
 @pytest.mark.anyio

@@ -31,6 +31,7 @@ from sepp_anyio._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
     OverloadedError,
+    RequestTooLargeError,
     ReserveError,
     SeppError,
     ServerInternalError,
@@ -43,6 +44,7 @@ from sepp_anyio._model._errors import (
 )
 from sepp_anyio._model._rejections import JobValidationError, QueueFull, UnknownQueue
 from sepp_anyio._model._retries import RetryDirective
+from sepp_anyio._model._size_refusal import SizeRefusal, size_refusal
 
 S = StatusCode
 
@@ -74,6 +76,10 @@ TREE: list[tuple[type[BaseException], type[BaseException]]] = [
     (InvalidApiKeyError, ValueError),
     (InvalidApiKeyError, InvalidArgumentError),
     (EmptyBatchError, InvalidArgumentError),
+    (RequestTooLargeError, InvalidRequestError),
+    (RequestTooLargeError, ClientError),
+    (RequestTooLargeError, InvalidArgumentError),
+    (RequestTooLargeError, ValueError),
     (InvalidArgumentError, SeppError),
     (InvalidArgumentError, ValueError),
     (InvalidArgumentTypeError, SeppError),
@@ -359,6 +365,107 @@ def test_error_from_status_accepts_grpclib_status_members() -> None:
     assert err.code is S.NOT_FOUND
 
 
+# ---------------------------------------------------------------------------- message size
+
+TONIC = (
+    "Error, decoded message length too large: found 20000054 bytes, the limit is: 16777216 bytes"
+)
+
+#: What each kind of gRPC server says when a request is over its message limit.
+SIZE_REFUSALS: list[tuple[str, StatusCode, str, SizeRefusal]] = [
+    ("tonic-and-reference", S.OUT_OF_RANGE, TONIC, SizeRefusal(20000054, 16777216)),
+    (
+        "grpc-go",
+        S.RESOURCE_EXHAUSTED,
+        "grpc: received message larger than max (20000054 vs. 4194304)",
+        SizeRefusal(20000054, 4194304),
+    ),
+    (
+        "grpc-go-decompressed",
+        S.RESOURCE_EXHAUSTED,
+        "grpc: received message after decompression larger than max (5000000 vs. 4194304)",
+        SizeRefusal(5000000, 4194304),
+    ),
+    (
+        "grpcio",
+        S.RESOURCE_EXHAUSTED,
+        "SERVER: Received message larger than max (20000054 vs. 4194304)",
+        SizeRefusal(20000054, 4194304),
+    ),
+    (
+        "grpc-java",
+        S.RESOURCE_EXHAUSTED,
+        "gRPC message exceeds maximum size 4194304: 20000054",
+        SizeRefusal(20000054, 4194304),
+    ),
+    (
+        "grpc-dotnet",
+        S.RESOURCE_EXHAUSTED,
+        "Received message exceeds the maximum configured message size.",
+        SizeRefusal(None, None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "refusal"), [c[1:] for c in SIZE_REFUSALS], ids=[c[0] for c in SIZE_REFUSALS]
+)
+def test_every_servers_size_refusal_is_a_request_too_large_error(
+    code: StatusCode, text: str, refusal: SizeRefusal
+) -> None:
+    assert size_refusal(int(code), text) == refusal
+    err = error_from_status(int(code), text, rpc="enqueue_batch")
+    assert type(err) is RequestTooLargeError
+    assert isinstance(err, InvalidRequestError) and isinstance(err, ValueError)
+    assert (err.size, err.limit, err.sent, err.code, err.status_message) == (
+        refusal.size,
+        refusal.limit,
+        True,
+        code,
+        text,
+    )
+    if refusal.limit is not None:
+        assert str(err) == (
+            f"enqueue_batch: the request is {refusal.size} bytes, over the server's message "
+            f"limit of {refusal.limit} bytes, which refused it unread"
+        )
+    else:
+        assert str(err) == (
+            "enqueue_batch: the request is over the server's message size limit (the server "
+            "did not say it), which refused it unread"
+        )
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (S.RESOURCE_EXHAUSTED, "the server is overloaded"),
+        (S.RESOURCE_EXHAUSTED, "grpc: trying to send message larger than max (9 vs. 4)"),
+        (S.OUT_OF_RANGE, "offset out of range"),
+        (S.OUT_OF_RANGE, ""),
+        (S.INTERNAL, TONIC),  # the text alone is not enough: the status must fit it
+        # A number too long to be a size (and to convert cheaply) is no size refusal.
+        (S.OUT_OF_RANGE, TONIC.replace("20000054", "9" * 5000)),
+    ],
+)
+def test_other_statuses_keep_their_mapping(code: StatusCode, text: str) -> None:
+    assert size_refusal(int(code), text) is None
+    assert type(error_from_status(int(code), text, rpc="enqueue")) is not RequestTooLargeError
+
+
+def test_a_request_too_large_error_names_the_payload_limit_and_the_batch() -> None:
+    err = RequestTooLargeError(
+        "enqueue_atomic", size=70000, limit=65536, sent=False, jobs=10, payload_limit=16384
+    )
+    assert str(err) == (
+        "enqueue_atomic: the request is 70000 bytes, over the server's message limit of 65536 "
+        "bytes (not sent: the server stated this limit when it refused a request); the "
+        "server's payload limit is 16384 bytes per job (a queue may set its own); the batch "
+        "of 10 jobs can be split"
+    )
+    assert (err.code, err.status_message, err.jobs, err.payload_limit) == (None, None, 10, 16384)
+
+
 # ---------------------------------------------------------------------------- pickling
 
 SAMPLES: list[SeppError] = [
@@ -376,6 +483,12 @@ SAMPLES: list[SeppError] = [
     error_from_status(14, "down", rpc="enqueue"),
     error_from_status(5, "gone", rpc="ack"),
     error_from_status(9, "strict", rpc="reserve"),
+    RequestTooLargeError("enqueue_batch", size=3, limit=2, sent=False, jobs=2, payload_limit=1),
+    error_from_status(
+        11,
+        "Error, decoded message length too large: found 3 bytes, the limit is: 2 bytes",
+        rpc="enqueue_batch",
+    ),
 ]
 
 

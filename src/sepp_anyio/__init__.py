@@ -61,6 +61,7 @@ from ._model._errors import LeaseError as LeaseError
 from ._model._errors import MalformedResponseError as MalformedResponseError
 from ._model._errors import MalformedServerInfoError as MalformedServerInfoError
 from ._model._errors import OverloadedError as OverloadedError
+from ._model._errors import RequestTooLargeError as RequestTooLargeError
 from ._model._errors import ReserveError as ReserveError
 from ._model._errors import SeppError as SeppError
 from ._model._errors import ServerInternalError as ServerInternalError
@@ -153,6 +154,7 @@ __all__ = [
     "QueueFull",
     "QueueNameTooLong",
     "RateLimit",
+    "RequestTooLargeError",
     "ReserveError",
     "RetryDirective",
     "RetryPolicy",

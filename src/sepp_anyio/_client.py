@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
@@ -43,9 +44,11 @@ from ._model._errors import (
     JobConversionError,
     JobRejectedError,
     MalformedResponseError,
+    RequestTooLargeError,
     SeppError,
 )
 from ._model._job import Job, JobCtx
+from ._model._limits import DEFAULT_REMEMBER_MESSAGE_LIMIT, request_size_bound
 from ._model._rejections import JobRejection
 from ._model._retries import RetryDirective, RetryPolicy
 from ._model._server_info import ServerInfo
@@ -54,7 +57,7 @@ from ._proto.sepp import v1 as pb
 from ._retry import retry_delay
 from ._transport._malformed import MalformedReplyError
 from ._wire import _convert
-from ._wire._codec import ElementWise
+from ._wire._codec import ElementWise, encode
 
 __all__ = [
     "RESERVE_DEADLINE_SLACK",
@@ -175,6 +178,7 @@ class Client:
         retry: RetryPolicy | None = None,
         exit_stack: AsyncExitStack | None = None,
         wall_clock: Callable[[], datetime] | None = None,
+        remember_message_limit: float = DEFAULT_REMEMBER_MESSAGE_LIMIT,
     ) -> None:
         # Internal: use connect() (or sepp_anyio.testing for in-process servers).
         # wall_clock is "now" on the server's clock, used to turn a lease's
@@ -191,6 +195,13 @@ class Client:
         self._rpc_timeout = check_seconds(rpc_timeout, "rpc_timeout", minimum="positive")
         self._retry = retry if retry is not None else RetryPolicy()
         self._exit_stack = exit_stack
+        self._remember_limit = check_seconds(remember_message_limit, "remember_message_limit")
+        # The message limit the server stated when it last refused a request as too large,
+        # checked before sending until _message_limit_until (anyio's clock); see connect().
+        self._message_limit: int | None = None
+        self._message_limit_until = -math.inf
+        # The last ServerInfo read, for the payload limit in a RequestTooLargeError.
+        self._server_info: ServerInfo | None = None
 
     def __repr__(self) -> str:
         return f"<sepp_anyio.Client {self._label}>"
@@ -322,7 +333,11 @@ class Client:
         Give it an ``idempotency_key`` to make enqueueing it again safe.
 
         Raises:
-            JobRejectedError: the server refused the job; ``.rejection`` says why.
+            JobRejectedError: the server refused the job; ``.rejection`` says why (a
+                payload over the queue's limit: :class:`PayloadTooLarge`).
+            RequestTooLargeError: the request is over the server's message limit (a
+                ``ValueError`` too); nothing was enqueued, and when the limit is known
+                from an earlier refusal, nothing was sent.
             ClientError: the call failed (after the retry policy's tries).
         """
         (result,) = await self.enqueue_batch([request])
@@ -348,6 +363,9 @@ class Client:
 
         Raises:
             EmptyBatchError: ``requests`` is empty (no RPC is made).
+            RequestTooLargeError: the request is over the server's message limit (a
+                ``ValueError`` too); nothing was enqueued, and when the limit is known
+                from an earlier refusal, nothing was sent.
             MalformedResponseError: the reply has the wrong number of results
                 (``BatchResultCountMismatchError``), a result without outcome, or
                 a result that cannot be decoded.
@@ -375,6 +393,9 @@ class Client:
             BatchValidationError: at least one job was refused, so nothing was
                 enqueued; ``.errors`` lists every refused index and why.
             EmptyBatchError: ``requests`` is empty (no RPC is made).
+            RequestTooLargeError: the request is over the server's message limit (a
+                ``ValueError`` too); nothing was enqueued, and when the limit is known
+                from an earlier refusal, nothing was sent.
             MalformedResponseError: the reply breaks the protocol.
             ClientError: the call failed as a whole.
         """
@@ -392,14 +413,82 @@ class Client:
             message = _convert.enqueue_batch_request_to_pb(
                 self._stamp(requests), now=self._wall_clock()
             )
-            return await self._unary(
+            self._check_message_size(rpc, requests, message)
+            try:
+                return await self._unary(
+                    rpc,
+                    method,
+                    message,
+                    timeout=self._rpc_timeout,
+                    retry=True,
+                    retry_codes=self._enqueue_retry_codes(requests),
+                )
+            except RequestTooLargeError as exc:
+                raise await self._refused_as_too_large(rpc, requests, message, exc) from None
+
+    def _check_message_size(self, rpc: str, requests: list[EnqueueRequest], message: Any) -> None:
+        """Refuse, before sending, a request over the message limit the server stated
+        (see :meth:`_refused_as_too_large`), while it is remembered.
+
+        Raises:
+            RequestTooLargeError: the request is over the limit (``sent`` False).
+        """
+        limit = self._message_limit
+        if limit is None:
+            return
+        if anyio.current_time() >= self._message_limit_until:
+            self._message_limit = None
+            return
+        # Measured exactly (encoded once more) only when a cheap bound says it may be over:
+        # the transport encodes the message anyway, and that costs about 2.5 ms per MiB.
+        if request_size_bound(requests) <= limit:
+            return
+        size = len(encode(message))
+        if size > limit:
+            info = self._server_info
+            raise RequestTooLargeError(
                 rpc,
-                method,
-                message,
-                timeout=self._rpc_timeout,
-                retry=True,
-                retry_codes=self._enqueue_retry_codes(requests),
+                size=size,
+                limit=limit,
+                sent=False,
+                jobs=len(requests),
+                payload_limit=None if info is None else info.max_payload_bytes,
             )
+
+    async def _refused_as_too_large(
+        self, rpc: str, requests: list[EnqueueRequest], message: Any, exc: RequestTooLargeError
+    ) -> RequestTooLargeError:
+        """The error to raise for the server's refusal ``exc`` of an enqueue as over its
+        message limit: remembers the limit (so later ones are refused before sending) and
+        names the payload limit, reading the server info once if it was never read.
+
+        That read is the only call this adds, and only on this path (a refused request,
+        at most once per ``remember_message_limit`` while requests stay over the limit):
+        the message limit is advertised nowhere but in the refusal, so no info read at
+        connect time could have given it. A failed read leaves the payload limit out.
+        """
+        if exc.limit is not None and self._remember_limit > 0:
+            self._message_limit = exc.limit
+            self._message_limit_until = anyio.current_time() + self._remember_limit
+        info = self._server_info
+        if info is None:
+            try:
+                info = await self._read_server_info(retry=False)
+            except SeppError as failure:
+                logger.debug("server info for the payload limit not read: %s", failure)
+        size = exc.size
+        if size is None:  # some servers do not say; the request's size is known here
+            size = len(encode(message))
+        return RequestTooLargeError(
+            rpc,
+            size=size,
+            limit=exc.limit,
+            sent=True,
+            jobs=len(requests),
+            payload_limit=None if info is None else info.max_payload_bytes,
+            code=exc.code,
+            status_message=exc.status_message,
+        )
 
     # ------------------------------------------------------------ consuming
 
@@ -697,12 +786,18 @@ class Client:
             MalformedServerInfoError: the reply lacks a version or server time.
             ClientError: the call failed.
         """
+        return await self._read_server_info(retry=True)
+
+    async def _read_server_info(self, *, retry: bool) -> ServerInfo:
         with _otel.client_span("sepp.get_server_info", {}):
             reply = await self._unary(
                 "server_info",
                 self._stub.get_server_info,
                 pb.GetServerInfoRequest(),
                 timeout=self._rpc_timeout,
-                retry=True,
+                retry=retry,
             )
-        return _convert.server_info_from_pb(reply)
+        info = _convert.server_info_from_pb(reply)
+        # Kept for the payload limit a RequestTooLargeError names.
+        self._server_info = info
+        return info

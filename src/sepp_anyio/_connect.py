@@ -27,7 +27,7 @@ from ._model._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
 )
-from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
+from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, DEFAULT_REMEMBER_MESSAGE_LIMIT
 from ._model._retries import RetryPolicy
 from ._transport import Channel
 from ._transport._target import parse_target
@@ -111,6 +111,7 @@ def connect(
     max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
     keepalive_interval: float | None = 30.0,
     keepalive_timeout: float = 10.0,
+    remember_message_limit: float = DEFAULT_REMEMBER_MESSAGE_LIMIT,
 ) -> _Connector:
     """Connect to a sepp server; use as ``async with connect(...) as client``.
 
@@ -130,6 +131,12 @@ def connect(
         max_receive_message_bytes: larger replies fail with OverloadedError.
         keepalive_interval, keepalive_timeout: HTTP/2 PINGs that detect a
             dead connection while a long poll is idle.
+        remember_message_limit: after the server refuses a request as over its message
+            limit (:class:`RequestTooLargeError`, which states the limit), enqueues over
+            that limit are refused the same way *before* they are sent, for this many
+            seconds (default 300); then the next one is sent again, in case the server
+            was restarted with a larger limit. ``0``: never refuse before sending. No
+            server advertises its message limit, so until a refusal none is known.
 
     Entering the returned object validates everything, connects, and yields
     a :class:`Client`; leaving it closes the connection.
@@ -158,6 +165,7 @@ def connect(
         max_receive_message_bytes=max_receive_message_bytes,
         keepalive_interval=keepalive_interval,
         keepalive_timeout=keepalive_timeout,
+        remember_message_limit=remember_message_limit,
     )
 
 
@@ -177,6 +185,7 @@ class _Connector:
             server_name=options["tls_server_name"],
         )
         check_seconds(options["rpc_timeout"], "rpc_timeout", minimum="positive")
+        check_seconds(options["remember_message_limit"], "remember_message_limit")
         self._connect_timeout = check_seconds(
             options["connect_timeout"], "connect_timeout", minimum="positive"
         )
@@ -232,6 +241,7 @@ class _Connector:
             rpc_timeout=self._options["rpc_timeout"],
             retry=self._options["retry"],
             exit_stack=stack,
+            remember_message_limit=self._options["remember_message_limit"],
         )
         return self._client
 

@@ -9,6 +9,7 @@ from grpclib.exceptions import GRPCError
 
 from ._model._errors import error_from_status
 from ._model._retries import RetryPolicy
+from ._model._size_refusal import size_refusal
 
 __all__ = ["retry_delay"]
 
@@ -28,14 +29,21 @@ def retry_delay(
 
     ``policy=None`` means a single try (reserve and drain are never retried). A status
     in ``retry_codes`` is retried after ``policy.backoff(index)``, until the policy's
-    tries run out.
+    tries run out. A refusal of the request as over the server's message limit is never
+    retried, whatever its status (grpc-go's and grpcio's RESOURCE_EXHAUSTED is otherwise
+    retried): the same request would be refused again.
 
     Raises:
         SeppError: the taxonomy error, when the call is not tried again (the grpclib
             error is not chained, so it never reaches the caller).
     """
     code = exc.status.value
-    if policy is None or index + 1 >= policy.max_attempts or code not in retry_codes:
+    if (
+        policy is None
+        or index + 1 >= policy.max_attempts
+        or code not in retry_codes
+        or size_refusal(code, exc.message or "") is not None
+    ):
         raise error_from_status(code, exc.message or "", rpc=rpc) from None
     delay = policy.backoff(index)
     logger.warning(

@@ -35,6 +35,7 @@ from ._model._checks import (
     check_str,
 )
 from ._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from ._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._model._errors import HandlerError
 from ._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
 from ._model._retries import RetryDirective
@@ -91,6 +92,51 @@ class TaskPayloadError(HandlerError):
         return None
 
 
+def _parameters(names: Sequence[str]) -> str:
+    """``"1 positional parameter (job)"``, ``"no positional parameters"``..."""
+    if not names:
+        return "no positional parameters"
+    noun = "parameter" if len(names) == 1 else "parameters"
+    return f"{len(names)} positional {noun} ({', '.join(names)})"
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _signature_problem(signature: inspect.Signature) -> tuple[str, str] | None:
+    """Why a handler with ``signature`` cannot be called as ``fn(value, ctx)``: what it
+    takes (``"takes 1 positional parameter (job)"``) and a hint on the fix (``""`` or a
+    parenthesis), or None when the reason is none of these (the caller then quotes
+    :meth:`inspect.Signature.bind`'s).
+
+    Python's own message for a one-parameter function says "too many positional
+    arguments", which reads as if the function took too many: the fix is the opposite.
+    """
+    params = list(signature.parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    takes = [p.name for p in params if p.kind in positional]
+    keyword_only = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if len(takes) < 2 and not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        names = [p.name for p in keyword_only]
+        hint = ""
+        if names:
+            verb, them = ("is", "it") if len(names) == 1 else ("are", "them")
+            hint = f" ({_and(names)} {verb} keyword-only: remove the '*' before {them})"
+        return f"takes {_parameters(takes)}", hint
+    required = [p.name for p in params if p.kind in positional and p.default is p.empty]
+    if len(required) > 2:
+        return f"requires {_parameters(required)}", f" (give {_and(required[2:])} a default)"
+    missing = [p.name for p in keyword_only if p.default is p.empty]
+    if missing:
+        noun = "parameter" if len(missing) == 1 else "parameters"
+        return (
+            f"requires the keyword-only {noun} {_and(missing)}",
+            f" and nothing else (give {_and(missing)} a default)",
+        )
+    return None
+
+
 def _describe(exc: Invalid) -> str:
     parts = [f"field {p.field!r}: {p.message}" if p.field else p.message for p in exc.problems]
     text = "; ".join(parts)
@@ -116,9 +162,11 @@ class Task(Generic[T]):
             ``job_timeout``); None: the worker's.
 
     Raises:
-        TypeError: an argument of the wrong type; an annotation the checking library
-            cannot handle, or one that mixes pydantic and msgspec types.
-        ValueError: an argument out of range (the message names it).
+        InvalidArgumentTypeError: (a ``TypeError``) an argument of the wrong type; an
+            annotation the checking library cannot handle, or one that mixes pydantic and
+            msgspec types.
+        InvalidArgumentError: (a ``ValueError``) an argument out of range (the message
+            names it).
         ImportError: the annotation needs pydantic or msgspec and neither is installed
             (the message names the ``sepp-anyio[pydantic]`` and ``[msgspec]`` extras).
     """
@@ -180,7 +228,7 @@ class Task(Generic[T]):
         try:
             self._codec: TypeCodec[T] = codec_for(type)
         except TypeError as exc:
-            raise TypeError(f"Task {self._label}: {exc}") from None
+            raise InvalidArgumentTypeError(f"Task {self._label}: {exc}") from None
         except ImportError as exc:
             raise ImportError(f"Task {self._label}: {exc}", name=exc.name) from None
 
@@ -241,13 +289,14 @@ class Task(Generic[T]):
         type is refused), and the bytes are checked as the worker will check them.
 
         Raises:
-            ValueError: the value does not validate; the message names the task and the
-                field, for example ``Task 'emails/send_welcome': field 'user': ...``.
+            InvalidArgumentError: (a ``ValueError``) the value does not validate; the
+                message names the task and the field, for example
+                ``Task 'emails/send_welcome': field 'user': ...``.
         """
         try:
             data = self._codec.dump(value)
         except Invalid as exc:
-            raise ValueError(f"Task {self._label}: {_describe(exc)}") from None
+            raise InvalidArgumentError(f"Task {self._label}: {_describe(exc)}") from None
         return Payload(data, JSON_ENCODING)
 
     def request(
@@ -270,9 +319,10 @@ class Task(Generic[T]):
         span's, as for any request.
 
         Raises:
-            ValueError: the value does not validate (see :meth:`encode`), or an option is
-                out of range (as :class:`EnqueueRequest` raises it).
-            TypeError: an option of the wrong type.
+            InvalidArgumentError: (a ``ValueError``) the value does not validate (see
+                :meth:`encode`), or an option is out of range (as :class:`EnqueueRequest`
+                raises it).
+            InvalidArgumentTypeError: (a ``TypeError``) an option of the wrong type.
         """
         return EnqueueRequest(
             self._queue,
@@ -307,7 +357,8 @@ class Task(Generic[T]):
         job (an ``idempotency_key`` makes a repeat safe).
 
         Raises:
-            ValueError: the value does not validate (nothing was sent), or a bad option.
+            InvalidArgumentError: (a ``ValueError``) the value does not validate (nothing
+                was sent), or a bad option.
             JobRejectedError: the server refused the job; ``.rejection`` says why.
             ClientError: the call failed.
         """
@@ -376,12 +427,18 @@ class Task(Generic[T]):
         that cannot be resolved, and non-class ones, are left to the type checker.
 
         Raises:
-            TypeError: ``fn`` is not callable, cannot take two positional arguments, or
-                expects another type; the message names the task and the handler.
+            InvalidArgumentTypeError: (a ``TypeError``) ``fn`` is not callable, takes too
+                few or too many positional parameters, has a required keyword-only one, or
+                expects another type; the message names the task and the handler, and
+                says how many parameters it takes against the two it must accept.
         """
-        name = getattr(fn, "__qualname__", repr(fn))
+        name = getattr(fn, "__qualname__", None)
         if not callable(fn):
-            raise TypeError(f"Task {self._label}: the handler must be callable, got {name}")
+            raise InvalidArgumentTypeError(
+                f"Task {self._label}: the handler must be callable as fn(value, ctx) (an "
+                f"async def or a def), got {fn!r} ({type(fn).__name__})"
+            )
+        name = name or repr(fn)
         try:
             signature = inspect.signature(fn)
         except (TypeError, ValueError):  # some builtins and C callables have none
@@ -389,8 +446,10 @@ class Task(Generic[T]):
         try:
             signature.bind(None, None)
         except TypeError as exc:
-            raise TypeError(
-                f"Task {self._label}: the handler {name} must accept (value, ctx): {exc}"
+            problem = _signature_problem(signature)
+            what, hint = problem if problem is not None else (f"cannot be called: {exc}", "")
+            raise InvalidArgumentTypeError(
+                f"Task {self._label}: the handler {name} {what}; it must accept (value, ctx){hint}"
             ) from None
         first = next(iter(signature.parameters.values()))
         expected = self._type
@@ -411,7 +470,7 @@ class Task(Generic[T]):
         except TypeError:  # TypedDicts and some special forms refuse issubclass
             return
         if not fits:
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"Task {self._label}: the handler {name} takes {first.name}: "
                 f"{annotated.__qualname__}, but the task's values are "
                 f"{expected.__qualname__}"

@@ -67,6 +67,11 @@ _MSGSPEC_EXTRA = "sepp-anyio[msgspec]"
 # What one failure may add to a message (a hostile payload can have huge keys).
 _MAX_PROBLEMS = 5
 _MAX_TEXT = 200
+# A value nested deeper than the interpreter's recursion limit lets the checking library (or
+# the built-in validator) walk: refused as a problem of the value, like any other, so that a
+# hostile payload is dead-lettered rather than retried on a RecursionError, and a producer
+# gets an InvalidArgumentError rather than a RecursionError.
+_TOO_DEEP = "nested too deeply to be checked (deeper than the recursion limit allows)"
 
 
 class Problem(NamedTuple):
@@ -303,6 +308,8 @@ class _PydanticCodec(TypeCodec[Any]):
             return self._adapter.validate_json(data, strict=True)
         except self._error as exc:
             raise self._invalid(exc) from None
+        except RecursionError:  # pydantic-core bounds its own depth; this is a safety net
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
 
 
 def _check_serialised(codec: TypeCodec[Any], data: bytes) -> None:
@@ -377,10 +384,14 @@ class _MsgspecCodec(TypeCodec[Any]):
             raise self._invalid(exc) from None
         except (TypeError, ValueError) as exc:  # a value msgspec cannot represent at all
             raise Invalid([Problem("", f"cannot be serialised as JSON: {exc}")]) from None
+        except RecursionError:
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
         try:
             data: bytes = self._encoder.encode(checked)
         except (TypeError, ValueError) as exc:  # for example a lone surrogate in a str
             raise Invalid([Problem("", f"cannot be serialised as JSON: {exc}")]) from None
+        except RecursionError:
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
         _check_serialised(self, data)
         return data
 
@@ -392,6 +403,8 @@ class _MsgspecCodec(TypeCodec[Any]):
             raise self._invalid(exc) from None
         except msgspec.DecodeError as exc:
             raise self._invalid(exc, not_json=True) from None
+        except RecursionError:
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
 
 
 def _msgspec_custom_type(msgspec: Any, annotation: object) -> object | None:
@@ -638,6 +651,8 @@ class _JsonCodec(TypeCodec[Any]):
             return self._node.check(value, ())
         except _Fail as exc:
             raise Invalid([Problem(_join_path(exc.path), exc.message)]) from None
+        except RecursionError:
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
 
     def dump(self, value: Any) -> bytes:
         # The same serialiser as Payload.from_json, so a typed task's bytes are exactly
@@ -649,6 +664,8 @@ class _JsonCodec(TypeCodec[Any]):
             parsed = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise Invalid([Problem("", str(exc))], not_json=True) from None
+        except RecursionError:
+            raise Invalid([Problem("", _TOO_DEEP)]) from None
         return self._check(parsed)
 
 

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sepp_anyio import InvalidArgumentError, InvalidArgumentTypeError, SeppError
 from sepp_anyio._cron import Cron, idempotency_key
 
 from ._support import QUEUE, JsonTask, utc
@@ -40,41 +41,128 @@ def _walls(slots: list[datetime]) -> list[str]:
 # ---------------------------------------------------------------- expressions
 
 
+#: Each field's valid range, as the messages give it.
+MINUTE, HOUR, DOM, MONTH = "(0-59)", "(0-23)", "(1-31)", "(1-12 or JAN-DEC)"
+DOW = "(0-7 or SUN-SAT; 0 and 7 are Sunday)"
+DOM_FORMS = "; the field also takes L (the last day), LW (the last weekday)"
+
+
 @pytest.mark.parametrize(
-    ("expr", "needle"),
+    ("expr", "problem"),
     [
-        ("", "0 field(s)"),
-        ("* * * *", "4 field(s)"),
-        ("0 * * * * *", "6 field(s)"),
-        ("61 * * * *", "minute"),
-        ("* 24 * * *", "hour"),
-        ("* * 32 * *", "day-of-month"),
-        ("* * * 13 *", "month"),
-        ("* * * * 8", "day-of-week"),
-        ("*/0 * * * *", "minute"),
-        ("0 0 * * MON#6", "day-of-week"),
-        ("0 0 30 2 *", "day-of-month"),
-        ("hello world a b c", "minute"),
-        ("@reboot", "unknown shorthand"),
-        ("@fortnightly", "unknown shorthand"),
+        # Each field, out of range above and below.
+        ("61 * * * *", f"minute field '61' is out of range {MINUTE}"),
+        ("60 * * * *", f"minute field '60' is out of range {MINUTE}"),
+        ("* 24 * * *", f"hour field '24' is out of range {HOUR}"),
+        ("* * 32 * *", f"day-of-month field '32' is out of range {DOM}"),
+        ("* * 0 * *", f"day-of-month field '0' is out of range {DOM}"),
+        ("* * * 13 *", f"month field '13' is out of range {MONTH}"),
+        ("* * * 0 *", f"month field '0' is out of range {MONTH}"),
+        ("* * * * 8", f"day-of-week field '8' is out of range {DOW}"),
+        # Inside lists, ranges and the special forms.
+        ("1,61 * * * *", f"minute field '1,61': 61 is out of range {MINUTE}"),
+        ("0 1-25 * * *", f"hour field '1-25': 25 is out of range {HOUR}"),
+        ("0 0 1-32 * *", f"day-of-month field '1-32': 32 is out of range {DOM}"),
+        ("0 0 * * 0-8", f"day-of-week field '0-8': 8 is out of range {DOW}"),
+        ("0 0 * * 8L", f"day-of-week field '8L': 8 is out of range {DOW}"),
+        # Not a number, or not a name.
+        ("hello world a b c", f"minute field 'hello': 'hello' is not a number {MINUTE}"),
+        ("0 x * * *", f"hour field 'x': 'x' is not a number {HOUR}"),
+        ("0 0 ? * *", f"day-of-month field '?': '?' is not a number {DOM}{DOM_FORMS}"),
+        ("0 0 15W * *", f"day-of-month field '15W': '15W' is not a number {DOM}{DOM_FORMS}"),
+        ("* * * FOO *", f"month field 'FOO': 'FOO' is not a number or a month name {MONTH}"),
+        (
+            "* * * * funday",
+            f"day-of-week field 'funday': 'funday' is not a number or a day name {DOW}"
+            "; the field also takes 5L (the last Friday), MON#2 (the 2nd Monday)",
+        ),
+        # Steps, ranges, lists and the day-of-week forms.
+        ("*/0 * * * *", "minute field '*/0': the step after '/' must be at least 1"),
+        ("*/x * * * *", "minute field '*/x': the step after '/' must be a number, got 'x'"),
+        (
+            "5-1 * * * *",
+            "minute field '5-1': the range '5-1' runs backwards; write it low-high (a range "
+            "cannot wrap around: use a list such as '1,5')",
+        ),
+        (
+            "-1 * * * *",
+            "minute field '-1': the range '-1' needs a value on each side of '-' (values are "
+            "0-59; there are no negative ones)",
+        ),
+        (
+            "1,,2 * * * *",
+            "minute field '1,,2': a list item is empty (two commas in a row, or one at an end)",
+        ),
+        ("0 0 * * MON#6", "day-of-week field 'MON#6': the week after '#' must be 1-5, got '6'"),
+        (
+            "0 0 * * L",
+            "day-of-week field 'L': 'L' in this field follows a day number, as in 5L (the last "
+            "Friday of the month)",
+        ),
+        # Fields valid alone, refused together.
+        (
+            "0 0 30 2 *",
+            "day-of-month field '30' names no day that the months of month field '2' have "
+            "(the longest has 29 days)",
+        ),
+        (
+            "0 0 31 apr,jun *",
+            "day-of-month field '31' names no day that the months of month field 'apr,jun' "
+            "have (the longest has 30 days)",
+        ),
+        # The shape of the expression.
+        ("", "has 0 field(s); expected 5 (minute hour day-of-month month day-of-week)"),
+        ("* * * *", "has 4 field(s); expected 5 (minute hour day-of-month month day-of-week)"),
+        (
+            "0 * * * * *",
+            "has 6 field(s); expected 5 (minute hour day-of-month month day-of-week)",
+        ),
+        (
+            "@reboot",
+            "unknown shorthand (known: @annually, @daily, @hourly, @midnight, "
+            "@monthly, @weekly, @yearly)",
+        ),
+        (
+            "@fortnightly",
+            "unknown shorthand (known: @annually, @daily, @hourly, @midnight, "
+            "@monthly, @weekly, @yearly)",
+        ),
     ],
 )
-def test_a_bad_expression_is_a_value_error_naming_the_problem(expr: str, needle: str) -> None:
-    with pytest.raises(ValueError, match="cron expression") as info:
+def test_a_bad_expression_names_the_field_and_its_range(expr: str, problem: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
         _cron(expr)
-    assert needle in str(info.value)
-    assert repr(expr) in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, SeppError)
+    separator = " " if problem.startswith("has ") else ": "
+    assert str(info.value) == f"cron expression {expr!r}{separator}{problem}"
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "0 0 L * *",
+        "0 0 LW * *",
+        "0 0 * * 5L",
+        "0 0 * * MON#2",
+        "0 0 * * 7",
+        "*/61 * * * *",
+        "0 0 * jan-dec sun-sat",
+        "0 0 30 2 MON",
+    ],
+)
+def test_the_forms_cronsim_takes_are_still_taken(expr: str) -> None:
+    assert _cron(expr).expr == expr
 
 
 def test_an_expression_that_never_fires_is_refused() -> None:
     # Valid fields, but the 1st or 21st of a month ("*/20": both days must match) is never
     # also its last Monday.
-    with pytest.raises(ValueError, match="never fires"):
+    with pytest.raises(InvalidArgumentError, match="never fires"):
         _cron("0 0 */20 * 1L")
 
 
 def test_a_non_string_expression_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="must be a str"):
+    with pytest.raises(InvalidArgumentTypeError, match="must be a str"):
         _cron(5)  # type: ignore[arg-type]
 
 
@@ -111,12 +199,12 @@ def test_name_defaults_to_the_tasks_job_type() -> None:
 
 @pytest.mark.parametrize("name", ["", "tab\there"])
 def test_a_bad_name_is_refused(name: str) -> None:
-    with pytest.raises(ValueError, match="name must be non-empty and printable"):
+    with pytest.raises(InvalidArgumentError, match="name must be non-empty and printable"):
         _cron("* * * * *", name=name)
 
 
 def test_a_task_with_an_empty_job_type_is_refused_for_the_default_name() -> None:
-    with pytest.raises(ValueError, match=r"task\.job_type \(the default name\)"):
+    with pytest.raises(InvalidArgumentError, match=r"task\.job_type \(the default name\)"):
         Cron("* * * * *", JsonTask(QUEUE, ""), lambda slot: 1)
 
 
@@ -161,9 +249,9 @@ def test_catch_up_window_takes_seconds_or_a_timedelta() -> None:
 
 
 def test_an_unknown_time_zone_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="'Mars/Olympus' is not a known IANA time zone"):
+    with pytest.raises(InvalidArgumentError, match="'Mars/Olympus' is not a known IANA time zone"):
         _cron("* * * * *", timezone="Mars/Olympus")
-    with pytest.raises(TypeError, match="timezone"):
+    with pytest.raises(InvalidArgumentTypeError, match="timezone"):
         _cron("* * * * *", timezone=3)
 
 

@@ -321,9 +321,10 @@ async def test_oversized_request_is_out_of_range(queue: str) -> None:
     config = ServerConfig(limits=LimitsConfig(max_message_bytes=2048, max_payload_bytes=1024))
     with ServerThread(config) as running:
         async with sepp.connect(running.address) as client:
-            with pytest.raises(sepp.UnexpectedStatusError) as info:
+            with pytest.raises(sepp.RequestTooLargeError) as info:
                 await client.enqueue(_request(queue, b"z" * 4096))
             assert info.value.code == sepp.StatusCode.OUT_OF_RANGE
+            assert info.value.limit == 2048
             assert "decoded message length too large" in (info.value.status_message or "")
             # The connection is still fine for calls under the limit.
             result = await client.enqueue_batch([_request(queue, b"z" * 1500)])

@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from sepp_anyio import EnqueueRequest, Payload, RetryDirective
+from sepp_anyio import EnqueueRequest, InvalidArgumentError, Payload, RetryDirective
 from sepp_anyio._task import Task, TaskPayloadError
 
 from ._kinds import KINDS, Kind
@@ -74,8 +74,9 @@ def test_producer_refuses_an_invalid_value(kind: Kind, index: int) -> None:
     task = kind.task()
     value, field = kind.bad_values[index]
     prefix = f"Task 'q/{kind.id}': " + (f"field '{field}': " if field else "")
-    with pytest.raises(ValueError, match="^" + re.escape(prefix)) as info:
+    with pytest.raises(InvalidArgumentError, match="^" + re.escape(prefix)) as info:
         task.request(value)
+    assert isinstance(info.value, ValueError)  # as it was before it was a SeppError
     if not field:
         assert "field '" not in str(info.value)
 

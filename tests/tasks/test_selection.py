@@ -18,6 +18,7 @@ import pydantic.dataclasses
 import pytest
 
 import sepp_anyio
+from sepp_anyio import InvalidArgumentError, InvalidArgumentTypeError
 from sepp_anyio._task import Task
 
 from ._kinds import DWelcome, PAddress, SAddress, hidden
@@ -101,23 +102,29 @@ def test_library_constraints_are_enforced() -> None:
     positive_pd: Task[Any] = Task("q", "t", Annotated[int, pydantic.Field(gt=0)])
     for task in (positive_ms, positive_pd):
         assert task.decode(task.encode(3)) == 3
-        with pytest.raises(ValueError, match=r"^Task 'q/t': .*(greater|>)"):
+        with pytest.raises(InvalidArgumentError, match=r"^Task 'q/t': .*(greater|>)"):
             task.encode(0)
 
 
 def test_an_annotation_mixing_both_libraries_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"^Task 'q/t': HoldsBoth mixes pydantic and msgspec"):
+    with pytest.raises(
+        InvalidArgumentTypeError, match=r"^Task 'q/t': HoldsBoth mixes pydantic and msgspec"
+    ):
         Task("q", "t", HoldsBoth)
     with pytest.raises(TypeError, match="mixes pydantic and msgspec"):
         Task("q", "t", PAddress | SAddress)
 
 
 def test_an_annotation_the_library_cannot_handle_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match=r"^Task 'q/t': pydantic cannot validate NotATypeForJson"):
+    with pytest.raises(
+        InvalidArgumentTypeError, match=r"^Task 'q/t': pydantic cannot validate NotATypeForJson"
+    ):
         Task("q", "t", NotATypeForJson)
     with (
         hidden("pydantic"),
-        pytest.raises(TypeError, match=r"^Task 'q/t': msgspec cannot validate NotATypeForJson"),
+        pytest.raises(
+            InvalidArgumentTypeError, match=r"^Task 'q/t': msgspec cannot validate NotATypeForJson"
+        ),
     ):
         Task("q", "t", NotATypeForJson)
 

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from sepp_anyio import HandlerError, JobCtx, Payload, RetryDirective, TraceContext
+from sepp_anyio import (
+    HandlerError,
+    InvalidArgumentTypeError,
+    JobCtx,
+    Payload,
+    RetryDirective,
+    TraceContext,
+)
 from sepp_anyio._task import Task, TaskPayloadError
 
 from ._kinds import WHEN, DAddress, DWelcome, TWelcome
@@ -173,11 +180,27 @@ async def one_parameter(job: DWelcome) -> None:
     pass
 
 
+async def no_parameters() -> None:
+    pass
+
+
 async def three_parameters(job: DWelcome, ctx: JobCtx, extra: int) -> None:
     pass
 
 
+async def four_parameters(job: DWelcome, ctx: JobCtx, extra: int, more: int, x: int = 0) -> None:
+    pass
+
+
 async def keyword_only(*, job: DWelcome, ctx: JobCtx) -> None:
+    pass
+
+
+async def keyword_only_ctx(job: DWelcome, *, ctx: JobCtx) -> None:
+    pass
+
+
+async def required_keyword(job: DWelcome, ctx: JobCtx, *, flag: bool) -> None:
     pass
 
 
@@ -188,20 +211,66 @@ async def for_another_type(job: Other, ctx: JobCtx) -> None:
 @pytest.mark.parametrize(
     ("fn", "message"),
     [
-        (one_parameter, "the handler one_parameter must accept (value, ctx): too many"),
-        (three_parameters, "the handler three_parameters must accept (value, ctx): missing"),
-        (keyword_only, "the handler keyword_only must accept (value, ctx)"),
+        # Python's own words for these ("too many positional arguments" for a function that
+        # takes too few) point the wrong way: the message counts the parameters instead.
+        (
+            one_parameter,
+            "the handler one_parameter takes 1 positional parameter (job); "
+            "it must accept (value, ctx)",
+        ),
+        (
+            no_parameters,
+            "the handler no_parameters takes no positional parameters; it must accept (value, ctx)",
+        ),
+        (
+            lambda job: None,
+            "the handler <lambda> takes 1 positional parameter (job); it must accept (value, ctx)",
+        ),
+        (
+            three_parameters,
+            "the handler three_parameters requires 3 positional parameters (job, ctx, extra); "
+            "it must accept (value, ctx) (give extra a default)",
+        ),
+        (
+            four_parameters,
+            "the handler four_parameters requires 4 positional parameters (job, ctx, extra, "
+            "more); it must accept (value, ctx) (give extra and more a default)",
+        ),
+        (
+            keyword_only,
+            "the handler keyword_only takes no positional parameters; it must accept "
+            "(value, ctx) (job and ctx are keyword-only: remove the '*' before them)",
+        ),
+        (
+            keyword_only_ctx,
+            "the handler keyword_only_ctx takes 1 positional parameter (job); it must accept "
+            "(value, ctx) (ctx is keyword-only: remove the '*' before it)",
+        ),
+        (
+            required_keyword,
+            "the handler required_keyword requires the keyword-only parameter flag; it must "
+            "accept (value, ctx) and nothing else (give flag a default)",
+        ),
         (
             for_another_type,
             "the handler for_another_type takes job: Other, but the task's values are DWelcome",
         ),
-        ("not callable", "the handler must be callable"),
+        (
+            "not callable",
+            "the handler must be callable as fn(value, ctx) (an async def or a def), "
+            "got 'not callable' (str)",
+        ),
+        (
+            5,
+            "the handler must be callable as fn(value, ctx) (an async def or a def), got 5 (int)",
+        ),
     ],
 )
 def test_handlers_that_do_not_fit_are_refused(fn: Any, message: str) -> None:
-    with pytest.raises(TypeError) as info:
+    with pytest.raises(InvalidArgumentTypeError) as info:
         welcome.check_handler(fn)
-    assert str(info.value).startswith(f"Task 'emails/send_welcome': {message}")
+    assert isinstance(info.value, TypeError)  # what it was before, still
+    assert str(info.value) == f"Task 'emails/send_welcome': {message}"
 
 
 async def for_a_typeddict(job: TWelcome, ctx: JobCtx) -> None:

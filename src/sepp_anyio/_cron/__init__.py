@@ -13,8 +13,10 @@ steps, ``L``, ``#``). What decided it:
   ``py.typed`` (``mypy --strict`` checks our calls); croniter is about 1,700 lines, depends
   on python-dateutil and ships no type information;
 * API: cronsim is an iterator over datetimes, forwards and backwards (we walk backwards to
-  find the newest missed slots in constant time) and raises ``CronSimError`` naming the bad
-  field; croniter's extras (seconds, hashed and random fields) are not needed here;
+  find the newest missed slots in constant time); its ``CronSimError`` names the bad field
+  only (``Bad minute``), so ``_fields`` explains a refusal with the field's text and valid
+  range, and the error raised is an ``InvalidArgumentError``; croniter's extras (seconds,
+  hashed and random fields) are not needed here;
 * DST: neither library's own rule is the one we promise (both imitate cron daemons, which
   run jobs of a skipped hour after the jump). We feed cronsim naive wall times only, so it
   does calendar matching and nothing else, and apply our rule in ``_schedule``.

@@ -8,7 +8,7 @@ from typing import Generic, Protocol, TypeVar
 
 from .._model._checks import check_count, check_seconds
 from .._model._enqueue import EnqueueRequest
-from .._model._error_root import InvalidArgumentError
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._schedule import Schedule
 
 __all__ = ["Cron", "CronTask", "idempotency_key"]
@@ -86,10 +86,12 @@ class Cron(Generic[T]):
             off (only slots from the start on are enqueued). Default one hour.
 
     Raises:
-        ValueError: a malformed expression (the message names the field), one that never
-            fires, an unknown zone, an empty name, ``catch_up`` < 0, or a
-            ``catch_up_window`` that is negative, not finite or over 365 days.
-        TypeError: an argument of the wrong type.
+        InvalidArgumentError: (a ``ValueError``) a malformed expression (the message names
+            the field and its valid range, e.g. ``cron expression '61 * * * *': minute
+            field '61' is out of range (0-59)``), one that never fires, an unknown zone,
+            an empty name, ``catch_up`` < 0, or a ``catch_up_window`` that is negative,
+            not finite or over 365 days.
+        InvalidArgumentTypeError: (a ``TypeError``) an argument of the wrong type.
     """
 
     __slots__ = ("_catch_up", "_catch_up_window", "_factory", "_name", "_schedule", "_task")
@@ -107,16 +109,19 @@ class Cron(Generic[T]):
     ) -> None:
         self._schedule = Schedule(expr, timezone)
         if not callable(payload_factory):
-            raise TypeError("payload_factory must be callable with the slot")
+            raise InvalidArgumentTypeError(
+                "payload_factory must be callable with the slot, got "
+                f"{type(payload_factory).__name__}"
+            )
         if name is None:
             name = task.job_type
             label = "task.job_type (the default name)"
         else:
             label = "name"
         if not isinstance(name, str):
-            raise TypeError(f"{label} must be a str, got {type(name).__name__}")
+            raise InvalidArgumentTypeError(f"{label} must be a str, got {type(name).__name__}")
         if not name or any(not ch.isprintable() for ch in name):
-            raise ValueError(f"{label} must be non-empty and printable, got {name!r}")
+            raise InvalidArgumentError(f"{label} must be non-empty and printable, got {name!r}")
         self._catch_up = check_count(catch_up, "catch_up", minimum=0)
         if isinstance(catch_up_window, timedelta):
             catch_up_window = catch_up_window.total_seconds()
@@ -185,7 +190,7 @@ class Cron(Generic[T]):
 
         Raises:
             Exception: whatever the factory or ``task.request`` raise (a value that fails
-                validation raises ``ValueError``).
+                validation raises :class:`InvalidArgumentError`, a ``ValueError``).
         """
         value = self._factory(slot)
         return self._task.request(

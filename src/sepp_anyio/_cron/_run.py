@@ -44,6 +44,7 @@ import anyio
 import anyio.abc
 
 from .._client import Client
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import JobRejectedError, SeppError
 from ._cron import Cron
 
@@ -63,13 +64,15 @@ _RETRY_MAX = 30.0
 def _checked(crons: Cron[Any] | Iterable[Cron[Any]]) -> list[Cron[Any]]:
     items = [crons] if isinstance(crons, Cron) else list(crons)
     if not items:
-        raise ValueError("run_cron needs at least one Cron")
+        raise InvalidArgumentError("run_cron needs at least one Cron")
     names: set[str] = set()
     for index, cron in enumerate(items):
         if not isinstance(cron, Cron):
-            raise TypeError(f"crons[{index}] must be a Cron, got {type(cron).__name__}")
+            raise InvalidArgumentTypeError(
+                f"crons[{index}] must be a Cron, got {type(cron).__name__}"
+            )
         if cron.name in names:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"two crons are named {cron.name!r}: their idempotency keys would collide"
                 " (give one of them another name=)"
             )
@@ -100,8 +103,8 @@ async def run_cron(
             for the in-process server, so virtual time drives the schedule).
 
     Raises:
-        ValueError: no crons, or two with the same name.
-        TypeError: something other than a Cron.
+        InvalidArgumentError: (a ``ValueError``) no crons, or two with the same name.
+        InvalidArgumentTypeError: (a ``TypeError``) something other than a Cron.
 
     Cancellation: the only way to stop it; an enqueue in progress is abandoned (harmless:
     a replica or the next start cannot repeat that slot's job within the dedup window,

@@ -22,6 +22,9 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from cronsim import CronSim, CronSimError
 
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from ._fields import expression_problem
+
 __all__ = ["Schedule", "resolve_timezone"]
 
 #: The ``@`` shorthands of Vixie cron, as five-field expressions (``@reboot`` has no slots).
@@ -46,36 +49,40 @@ def resolve_timezone(timezone: str | tzinfo) -> tzinfo:
     """``timezone`` as a ``tzinfo``: an IANA name (``"Europe/Berlin"``) or a tzinfo.
 
     Raises:
-        ValueError: an unknown zone name, or an empty one.
-        TypeError: neither a str nor a tzinfo.
+        InvalidArgumentError: (a ``ValueError``) an unknown zone name, or an empty one.
+        InvalidArgumentTypeError: (a ``TypeError``) neither a str nor a tzinfo.
     """
     if isinstance(timezone, tzinfo):
         return timezone
     if not isinstance(timezone, str):
-        raise TypeError(f"timezone must be an IANA zone name or a tzinfo, got {timezone!r}")
+        raise InvalidArgumentTypeError(
+            f"timezone must be an IANA zone name or a tzinfo, got {timezone!r}"
+        )
     if timezone.upper() == "UTC":
         return UTC
     try:
         return zoneinfo.ZoneInfo(timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"timezone {timezone!r} is not a known IANA time zone") from exc
+        raise InvalidArgumentError(f"timezone {timezone!r} is not a known IANA time zone") from exc
 
 
 def _normalise(expr: object) -> str:
     if not isinstance(expr, str):
-        raise TypeError(f"a cron expression must be a str, got {type(expr).__name__}")
+        raise InvalidArgumentTypeError(
+            f"a cron expression must be a str, got {type(expr).__name__}"
+        )
     text = " ".join(expr.split())
     if text.startswith("@"):
         try:
             return _MACROS[text.lower()]
         except KeyError:
             known = ", ".join(sorted(_MACROS))
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cron expression {expr!r}: unknown shorthand (known: {known})"
             ) from None
     fields = text.split(" ") if text else []
     if len(fields) != 5:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"cron expression {expr!r} has {len(fields)} field(s); expected 5"
             " (minute hour day-of-month month day-of-week)"
         )
@@ -92,8 +99,10 @@ class Schedule:
         timezone: the zone whose wall clock the expression reads.
 
     Raises:
-        ValueError: a malformed expression (the message names the field), one that never
-            fires, or an unknown zone.
+        InvalidArgumentError: (a ``ValueError``) a malformed expression (the message names
+            the field and its valid range, e.g. ``minute field '61' is out of range
+            (0-59)``), one that never fires, or an unknown zone.
+        InvalidArgumentTypeError: (a ``TypeError``) an expression or zone of the wrong type.
     """
 
     __slots__ = ("expr", "tz")
@@ -103,9 +112,10 @@ class Schedule:
         try:
             probe = CronSim(text, _PROBE_START)
         except CronSimError as exc:
-            raise ValueError(f"cron expression {expr!r}: {exc}") from None
+            problem = expression_problem(text.split(" "), str(exc))
+            raise InvalidArgumentError(f"cron expression {expr!r}: {problem}") from None
         if next(probe, None) is None:
-            raise ValueError(f"cron expression {expr!r} never fires")
+            raise InvalidArgumentError(f"cron expression {expr!r} never fires")
         self.expr = text
         self.tz = resolve_timezone(timezone)
 

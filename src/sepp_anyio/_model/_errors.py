@@ -9,6 +9,7 @@
     │   ├── UnauthenticatedError         UNAUTHENTICATED, PERMISSION_DENIED
     │   ├── OverloadedError              RESOURCE_EXHAUSTED
     │   ├── InvalidRequestError          INVALID_ARGUMENT
+    │   │   └── RequestTooLargeError     over the server's message limit (*)
     │   ├── ServerInternalError          INTERNAL, DATA_LOSS, UNKNOWN
     │   ├── UnexpectedStatusError        any other status
     │   ├── MalformedResponseError       the reply breaks the protocol
@@ -27,7 +28,7 @@
     ├── JobConversionError               a reserved/dead-lettered job cannot be decoded
     ├── InvalidArgumentError             (also a ValueError) a bad argument value
     │   ├── TraceContextError            a malformed traceparent
-    │   └── (*) EmptyBatchError, InvalidApiKeyError
+    │   └── (*) EmptyBatchError, InvalidApiKeyError, RequestTooLargeError
     └── InvalidArgumentTypeError         (also a TypeError) an argument of the wrong type
 
     HandlerError                         raised *by your handler*; not a SeppError
@@ -60,6 +61,7 @@ from typing import Final
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError, SeppError, StatusCode
 from ._rejections import JobRejection, JobValidationError
 from ._retries import RetryDirective
+from ._size_refusal import size_refusal
 
 __all__ = [
     "KEYLESS_ENQUEUE_RETRYABLE_CODES",
@@ -83,6 +85,7 @@ __all__ = [
     "MalformedResponseError",
     "MalformedServerInfoError",
     "OverloadedError",
+    "RequestTooLargeError",
     "ReserveError",
     "SeppError",
     "ServerInternalError",
@@ -155,7 +158,11 @@ class OverloadedError(ClientError):
 
 class InvalidRequestError(ClientError):
     """The server refused the request as malformed (INVALID_ARGUMENT). Not retried: the
-    same request would be refused again. :attr:`status_message` says which rule."""
+    same request would be refused again. :attr:`status_message` says which rule.
+
+    Its subclass :class:`RequestTooLargeError` is a request over the server's message
+    limit (OUT_OF_RANGE or RESOURCE_EXHAUSTED from the server, or refused before sending).
+    """
 
 
 class ServerInternalError(ClientError):
@@ -241,6 +248,71 @@ class InvalidApiKeyError(ClientError, InvalidArgumentError):
         super().__init__(f"the API key cannot be used: {reason}")
         #: What is wrong with the key.
         self.reason = reason
+
+
+class RequestTooLargeError(InvalidRequestError, InvalidArgumentError):
+    """The request is larger than the server takes in one message, so none of it was
+    enqueued; sending it again cannot help (it is never retried). Also an
+    :class:`InvalidArgumentError` (and so a :class:`ValueError`).
+
+    gRPC servers bound a request's size (the sepp server and the reference server at
+    16 MiB by default, ``[limits] max_message_bytes``; most other gRPC servers at 4 MiB)
+    and refuse a larger one unread: tonic-based servers with OUT_OF_RANGE, grpc-go, grpcio
+    and grpc-java with RESOURCE_EXHAUSTED. Either becomes this error, naming the limit,
+    and the client remembers the limit: for ``remember_message_limit`` seconds (see
+    :func:`connect`) an enqueue over it raises this error before anything is sent
+    (:attr:`sent` is False, :attr:`code` None). The payload limit is named too when the
+    client knows it (from :meth:`Client.server_info`, which the client calls once
+    after such a refusal): the limit per job, usually far below the message limit.
+
+    Args:
+        rpc: the client method.
+        size: the request's size in bytes (None if the server did not say).
+        limit: the server's message limit in bytes (None if it did not say).
+        sent: whether the request went to the server (False: refused before sending).
+        jobs: the number of jobs in the request (a batch over the limit can be split).
+        payload_limit: the server's (global) payload limit per job, if known.
+    """
+
+    def __init__(
+        self,
+        rpc: str,
+        *,
+        size: int | None,
+        limit: int | None,
+        sent: bool,
+        jobs: int = 0,
+        payload_limit: int | None = None,
+        code: StatusCode | None = None,
+        status_message: str | None = None,
+    ) -> None:
+        what = "the request is" if size is None else f"the request is {size} bytes,"
+        if limit is None:
+            text = f"{what} over the server's message size limit (the server did not say it)"
+        else:
+            text = f"{what} over the server's message limit of {limit} bytes"
+        if sent:
+            text += ", which refused it unread"
+        else:
+            text += " (not sent: the server stated this limit when it refused a request)"
+        if payload_limit is not None:
+            text += (
+                f"; the server's payload limit is {payload_limit} bytes per job (a queue "
+                "may set its own)"
+            )
+        if jobs > 1:
+            text += f"; the batch of {jobs} jobs can be split"
+        super().__init__(f"{rpc}: {text}", code=code, status_message=status_message)
+        #: The request's size in bytes (None if the server did not say).
+        self.size = size
+        #: The server's message limit in bytes (None if the server did not say).
+        self.limit = limit
+        #: Whether the request was sent (False: refused by the client before sending).
+        self.sent = sent
+        #: The number of jobs in the request (0 when not an enqueue).
+        self.jobs = jobs
+        #: The server's global payload limit per job, when the client knows it.
+        self.payload_limit = payload_limit
 
 
 # ---------------------------------------------------------------------------- lease / reserve
@@ -472,8 +544,9 @@ def error_from_status(code: int, message: str, *, rpc: str) -> SeppError:
 
     Implements the error taxonomy (peer-clients §2.1 and §2.2): the RPC-specific rows
     first (``ack``/``nack``/``extend``: NOT_FOUND and FAILED_PRECONDITION; ``reserve``:
-    FAILED_PRECONDITION), then the general table. A code outside the 17 known ones is
-    treated as UNKNOWN, as the gRPC spec asks of clients.
+    FAILED_PRECONDITION), then a server's refusal of a request over its message limit
+    (:class:`RequestTooLargeError`, recognised by its text), then the general table. A
+    code outside the 17 known ones is treated as UNKNOWN, as the gRPC spec asks of clients.
 
     Args:
         code: the numeric status (a ``grpclib.const.Status`` member is accepted too).
@@ -516,6 +589,18 @@ def error_from_status(code: int, message: str, *, rpc: str) -> SeppError:
         return UnknownQueuesError(
             f"{rpc}: the server is in strict mode and does not know some requested "
             f"queue(s){detail}",
+            code=status,
+            status_message=message,
+        )
+    refusal = size_refusal(status, message)
+    if refusal is not None:
+        # A request over the server's message limit: OUT_OF_RANGE from tonic, and
+        # RESOURCE_EXHAUSTED (which would read as an overloaded server) from the others.
+        return RequestTooLargeError(
+            rpc,
+            size=refusal.size,
+            limit=refusal.limit,
+            sent=True,
             code=status,
             status_message=message,
         )

@@ -12,6 +12,7 @@ The checks and their order follow the server's own classification.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,12 @@ if TYPE_CHECKING:
     from ._enqueue import CustomValue, EnqueueRequest
     from ._server_info import ServerInfo
 
-__all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "check_request"]
+__all__ = [
+    "DEFAULT_MAX_RECEIVE_MESSAGE_BYTES",
+    "DEFAULT_REMEMBER_MESSAGE_LIMIT",
+    "check_request",
+    "request_size_bound",
+]
 
 #: The largest reply message the client reads by default (``connect(...,
 #: max_receive_message_bytes=...)``; the transport's ``Channel`` defaults to it too): 64 MiB.
@@ -42,6 +48,48 @@ __all__ = ["DEFAULT_MAX_RECEIVE_MESSAGE_BYTES", "check_request"]
 #: leaves its jobs leased (stuck) until their leases expire. A larger reply fails the call
 #: with RESOURCE_EXHAUSTED (``OverloadedError``); the connection stays usable.
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+
+#: How long, in seconds, the client checks enqueues against a message limit the server
+#: stated (by refusing a request as too large) before it sends them (``connect(...,
+#: remember_message_limit=...)``): 5 minutes. Bounded, because the server may be restarted
+#: with another limit, and the client would refuse what it now accepts; after that the
+#: next oversized request is sent, refused, and the limit learnt again.
+DEFAULT_REMEMBER_MESSAGE_LIMIT = 300.0
+
+# What protobuf adds around a value, at most: a field tag (1-2 bytes) and a length varint
+# (at most 10), rounded up; and a str's UTF-8 bytes, at most 4 per code point.
+_FIELD = 12
+_UTF8 = 4
+
+
+def _str_bound(text: str | None) -> int:
+    return 0 if text is None else _FIELD + _UTF8 * len(text)
+
+
+def request_size_bound(requests: Sequence[EnqueueRequest]) -> int:
+    """An upper bound on the encoded size of an enqueue of ``requests``, in bytes.
+
+    Cheap (lengths only), so that the client encodes a request a second time to measure
+    it only when it may be over a known message limit. A bound that came out too low (a
+    field added to the request and not here) costs nothing worse than sending the request
+    and getting the server's own refusal.
+    """
+    total = 0
+    for request in requests:
+        # The job's own tag and length, and the numbers and times (priority,
+        # max_attempts, scheduled_at / delay): a few dozen bytes, generously rounded.
+        size = 8 * _FIELD + _str_bound(request.queue) + _str_bound(request.job_type)
+        size += _str_bound(request.idempotency_key)
+        if request.payload is not None:
+            size += 2 * _FIELD + len(request.payload.data) + _str_bound(request.payload.encoding)
+        if request.trace_context is not None:
+            trace = request.trace_context
+            size += _FIELD + _str_bound(trace.traceparent) + _str_bound(trace.tracestate)
+        for key, value in request.custom.items():
+            size += 3 * _FIELD + _str_bound(key)
+            size += _str_bound(value) if isinstance(value, str) else _FIELD
+        total += size
+    return total
 
 
 def _value_bytes(value: CustomValue) -> int:
