@@ -114,6 +114,8 @@ class ServedConnection:
         clock: the monotonic clock (``anyio.current_time``: virtual under trio's MockClock).
         request_bytes: the server's count of request bytes being assembled (default: one of
             this connection's own, capped at ``net.max_buffered_request_bytes``).
+        on_idle: called (synchronously) each time the last call in progress ends, so that
+            the server's admission can see that this connection may be evicted now.
     """
 
     def __init__(
@@ -127,8 +129,10 @@ class ServedConnection:
         peer: str = "?",
         clock: Callable[[], float] = anyio.current_time,
         request_bytes: RequestBytes | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.h2 = Connection(client_side=False, limits=limits)
+        self._on_idle = on_idle
         self._stream = stream
         self._routes = routes
         self._codec = codec
@@ -180,6 +184,17 @@ class ServedConnection:
         """Calls whose handler is running (until cancellation has unwound)."""
         return len(self._calls)
 
+    @property
+    def handshaken(self) -> bool:
+        """The client's preface and first SETTINGS have arrived."""
+        return self._handshaken
+
+    @property
+    def idle_since(self) -> float | None:
+        """When (on the connection's clock) the last call ended, or :meth:`run` began if
+        none has run yet; None while calls are in progress."""
+        return self._idle_since
+
     # ------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
@@ -222,6 +237,18 @@ class ServedConnection:
             self.ended_by = reason
         if not self.h2.closed:
             self.h2.close(ErrorCode.NO_ERROR, reason.encode("ascii", "replace"))
+        self._flush()
+        self._stop_reading()
+
+    def evict(self) -> None:
+        """Make room for a newer connection: GOAWAY(NO_ERROR, ``evicted``), then the close
+        that follows any GOAWAY of ours (output flushed, ``close_linger`` for the client to
+        hang up).  Calls in progress, if any, are cancelled: the server evicts only idle
+        connections.  A no-op once the connection is closing."""
+        if self.ended_by is None:
+            self.ended_by = "evicted"
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR, debug_data=b"evicted")
         self._flush()
         self._stop_reading()
 
@@ -493,6 +520,8 @@ class ServedConnection:
         if not self._calls:
             self._idle_since = self._clock()
             self._notify()
+            if self._on_idle is not None:
+                self._on_idle()
 
     def _notify(self) -> None:
         wake = self._wake
