@@ -32,6 +32,12 @@ The core decides every protocol matter (limits, budgets, errors and their GOAWAY
 module only moves bytes, runs handlers and keeps time.  All core calls happen between
 awaits, on the connection's own event loop, so no locking is needed.
 
+When a connection cap is full, the server's admission (:mod:`._admission`) reads
+:attr:`~ServedConnection.handshaken`, :attr:`~ServedConnection.idle_since` and
+``calls_started`` to pick the connection that has done least, and is told through
+``on_idle`` when the last call of one ends; an idle victim gets
+:meth:`~ServedConnection.evict` (GOAWAY ``evicted``, then the usual close).
+
 Graceful shutdown (:meth:`ServedConnection.begin_shutdown`): GOAWAY(2^31-1) and a PING;
 on the PING's ACK (or after ``goaway_ping_timeout``) a second GOAWAY with the last request
 handed over.  Requests that arrive in between are served; once no call is left the
