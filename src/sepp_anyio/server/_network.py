@@ -422,6 +422,8 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
             finally:
                 self._connections.discard(connection)
         finally:
+            if slot.evicted:
+                logger.debug("connection from %s evicted to make room for a newer one", ip)
             self._admission.release(slot)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
                 with contextlib.suppress(Exception):
