@@ -65,11 +65,12 @@ nitpick_ignore_regex = [
     # A helper that ServerThread's docstring names but no public package exports.
     ("py:func", r"default_backend"),
     # The network server's internals named in its public signatures (the HTTP/2 core's
-    # limits, the server's derived limits, one served connection).
+    # limits, the server's derived limits, one served connection, its connection caps).
     (
         "py:class",
         r"sepp_anyio\._http2\._limits\.Limits|sepp_anyio\.server\._netlimits\.NetworkLimits"
-        r"|sepp_anyio\.server\._served\.ServedConnection",
+        r"|sepp_anyio\.server\._served\.ServedConnection"
+        r"|sepp_anyio\.server\._admission\.Admission",
     ),
 ]
 primary_domain = "py"

@@ -71,3 +71,16 @@ def test_worker_benchmark_child_measures_each_client(server: ServerProcess, kind
     assert noop["handler_ms"] == 0
     assert sleeping["handler_ms"] >= 2.0  # the handler's own measured sleep
     assert noop["reserve_ms"] > 0  # the unloaded round trip, for the ceiling
+
+
+def test_connection_slots_benchmark_serves_every_fresh_client() -> None:
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "connection_slots.py"),
+        "--idle", "150", "--slow", "20", "--clients", "1", "--calls", "3",
+        "--backend", "asyncio",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| client")]
+    assert len(rows) == 1 and "failed" not in rows[0], result.stdout

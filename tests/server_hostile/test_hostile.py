@@ -16,7 +16,14 @@ import logging
 import anyio
 import anyio.lowlevel
 import pytest
-from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame
+from hyperframe.frame import (
+    DataFrame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+)
 
 from sepp_anyio.server import Engine, NetworkServer
 from tests.http2._support import Peer, raw
@@ -342,38 +349,100 @@ async def test_oversized_unauthenticated_health_request() -> None:
         )
 
 
-@pytest.mark.parametrize("limit_on", [True, False])
-async def test_connections_per_ip(limit_on: bool) -> None:
-    """With 20 connections allowed per address, the 21st and 22nd are closed at once."""
-    settings = {"max_connections_per_ip": 20 if limit_on else 1000}
+def _goaways(attacker: Attacker) -> list[tuple[int, bytes]]:
+    return [
+        (f.error_code, bytes(f.additional_data))
+        for f in attacker.frames
+        if isinstance(f, GoAwayFrame)
+    ]
+
+
+async def _until_settings_acked(attacker: Attacker) -> None:
+    """Read until the server has acknowledged the peer's SETTINGS (its handshake is done)."""
+    with anyio.fail_after(10):
+        while not any(isinstance(f, SettingsFrame) and "ACK" in f.flags for f in attacker.frames):
+            assert await attacker.read(1.0)
+
+
+async def _until_eof(attacker: Attacker, seconds: float) -> None:
+    with anyio.move_on_after(seconds):
+        while not attacker.eof:
+            await attacker.read(1.0)
+
+
+@pytest.mark.parametrize("mode", ["evict", "busy", "evict off", "cap off"])
+async def test_connections_per_ip(mode: str) -> None:
+    """20 connections allowed per address, all handshaken and idle: the 21st and 22nd are
+    served, and the two oldest get GOAWAY ``evicted`` and are closed.  With all 20 busy (a
+    call in progress each), or with eviction off, the 21st and 22nd are closed at once
+    instead; with the cap raised, nobody is closed."""
+    settings: dict[str, object] = {"max_connections_per_ip": 1000 if mode == "cap off" else 20}
+    if mode == "evict off":
+        settings["evict_when_full"] = False
     async with hostile_server(**settings) as server, contextlib.AsyncExitStack() as stack:
-        attackers = [
-            await stack.enter_async_context(Attacker.connect(server.port)) for _ in range(22)
-        ]
-        with anyio.move_on_after(2 if limit_on else 0.3):
-            for attacker in attackers[20:]:
-                while not attacker.eof:
-                    await attacker.read(1.0)
+        attackers: list[Attacker] = []
+        for _ in range(22):
+            attacker = await stack.enter_async_context(Attacker.connect(server.port))
+            if len(attackers) < 20 or mode in ("evict", "cap off"):
+                # Each handshake done before the next connection: the newcomer must not
+                # be the one evicted for still being in its handshake.
+                await _until_settings_acked(attacker)
+            if len(attackers) < 20 and mode == "busy":  # a call waiting for its request body
+                assert await attacker.send(attacker.peer.headers(1, SERVER_INFO))
+            attackers.append(attacker)
+        if mode == "busy":
+            await eventually(
+                lambda: sum(c.active_calls for c in server.connections) == 20,
+                within=10,
+                what="20 calls in progress",
+            )
+        expect_closed = {
+            "evict": [True] * 2 + [False] * 20,
+            "busy": [False] * 20 + [True] * 2,
+            "evict off": [False] * 20 + [True] * 2,
+            "cap off": [False] * 22,
+        }[mode]
+        for attacker, closes in zip(attackers, expect_closed, strict=True):
+            if closes:
+                await _until_eof(attacker, 5.0)
+        # Those that must stay get a moment to show they do not (a loose negative check).
+        with anyio.move_on_after(0.3):
+            for attacker, closes in zip(attackers, expect_closed, strict=True):
+                if not closes:
+                    await attacker.read(0.01)
         closed = [attacker.eof for attacker in attackers]
-    assert closed == [False] * 20 + [limit_on] * 2
+    assert closed == expect_closed
+    if mode == "evict":
+        assert [_goaways(a) for a in attackers[:2]] == [[(0, b"evicted")]] * 2
+        assert all(SettingsFrame in map(type, a.frames) for a in attackers[20:])
+    elif mode != "cap off":
+        assert all(not a.frames for a in attackers[20:])  # closed before being served
+    assert server.admission.peak_open == (22 if mode == "cap off" else 20)
 
 
-async def test_total_connections_pause_accepting() -> None:
-    """With 5 connections in total, the 6th is not served (accepting pauses) until one of
-    the first five closes."""
-    async with hostile_server(max_connections=5) as server, contextlib.AsyncExitStack() as stack:
+@pytest.mark.parametrize("evict", [True, False])
+async def test_total_connections_full(evict: bool) -> None:
+    """With 5 connections in total, all idle, a 6th is served at once and the one idle
+    longest gets GOAWAY ``evicted``.  With eviction off, the 6th is not served (accepting
+    pauses) until one of the first five closes.  (A server full of busy connections, and
+    the idle timeout, on virtual time: ``test_eviction_virtual.py``.)"""
+    settings = {"max_connections": 5, "evict_when_full": evict}
+    async with hostile_server(**settings) as server, contextlib.AsyncExitStack() as stack:
         first = [await stack.enter_async_context(Attacker.connect(server.port)) for _ in range(5)]
         for attacker in first:
-            with anyio.fail_after(5):
-                while not attacker.frames:
-                    assert await attacker.read(1.0)
+            await _until_settings_acked(attacker)
         sixth = await stack.enter_async_context(Attacker.connect(server.port))
-        await sixth.read(0.3)
-        assert not sixth.frames  # not even the server's SETTINGS
-        await first[0].stream.aclose()
-        with anyio.fail_after(5):
-            while not sixth.frames:
-                assert await sixth.read(1.0)
+        if evict:
+            await _until_settings_acked(sixth)
+            await _until_eof(first[0], 5.0)
+            assert first[0].eof and _goaways(first[0]) == [(0, b"evicted")]
+            assert not any(attacker.eof for attacker in first[1:])
+        else:
+            await sixth.read(0.3)
+            assert not sixth.frames  # not even the server's SETTINGS
+            await first[0].stream.aclose()
+            await _until_settings_acked(sixth)
+        assert server.admission.peak_open == 5
 
 
 # --------------------------------------------------------------------------- shutdown

@@ -18,8 +18,8 @@ import anyio.to_thread
 import pytest
 
 import sepp_anyio as sepp
-from sepp_anyio.server import ServerProcess
-from sepp_anyio.server._cli import build_parser, main
+from sepp_anyio.server import ServerProcess, ServerSection
+from sepp_anyio.server._cli import _resolve, build_parser, main
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +253,113 @@ def test_port_in_use_is_one_line_naming_the_address_and_port_option(tmp_path: Pa
         f"127.0.0.1:{first.port}: the address is already in use"
     ), line
     assert "--port PORT" in line and "--port 0" in line
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def _server_section(*args: str, env: dict[str, str] | None = None) -> ServerSection:
+    """The ``[server]`` section the command line would run with (no config file: the
+    tests run in an empty directory)."""
+    parsed = build_parser().parse_args(["--memory", *args])
+    return _resolve(parsed, env or {}).config.server
+
+
+def test_connection_flags_default_to_the_config_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./sepp.toml
+    section = _server_section()
+    assert section == ServerSection()
+    assert (
+        section.handshake_timeout_ms,
+        section.idle_timeout_ms,
+        section.max_connections,
+        section.max_connections_per_ip,
+        section.evict_when_full,
+    ) == (5_000, 300_000, 1024, 128, True)
+    env = {
+        "SEPP_SERVER__HANDSHAKE_TIMEOUT_MS": "7000",
+        "SEPP_SERVER__EVICT_WHEN_FULL": "false",
+    }
+    from_env = _server_section(env=env)
+    assert (from_env.handshake_timeout_ms, from_env.evict_when_full) == (7000, False)
+
+
+def test_connection_flags_replace_the_config_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./sepp.toml
+    env = {"SEPP_SERVER__HANDSHAKE_TIMEOUT_MS": "7000", "SEPP_SERVER__EVICT_WHEN_FULL": "false"}
+    section = _server_section(
+        "--handshake-timeout",
+        "2.5",
+        "--idle-timeout",
+        "0",
+        "--max-connections",
+        "10",
+        "--max-connections-per-ip",
+        "3",
+        "--evict-when-full",
+        env=env,
+    )
+    assert (
+        section.handshake_timeout_ms,
+        section.idle_timeout_ms,
+        section.max_connections,
+        section.max_connections_per_ip,
+        section.evict_when_full,
+    ) == (2_500, 0, 10, 3, True)
+    assert _server_section("--no-evict-when-full").evict_when_full is False
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--handshake-timeout", "0", "must be at least 0.001 s"),
+        ("--handshake-timeout", "-1", "must be a finite number of seconds >= 0"),
+        ("--handshake-timeout", "soon", "not a number of seconds"),
+        ("--idle-timeout", "inf", "must be a finite number of seconds >= 0"),
+        ("--idle-timeout", "0.0001", "must be 0 (off) or at least 0.001 s"),
+        ("--max-connections", "0", "must be at least 1"),
+        ("--max-connections-per-ip", "many", "not a whole number"),
+    ],
+)
+def test_bad_connection_flags_exit_2_naming_the_option(flag: str, value: str, needle: str) -> None:
+    result = _run("--memory", "--port", "0", f"{flag}={value}")
+    assert result.returncode == 2, result.stderr
+    assert f"argument {flag}: {needle}" in result.stderr
+    assert "listening" not in result.stderr
+
+
+@pytest.mark.parametrize("evict", [True, False])
+async def test_eviction_flags_reach_the_server(evict: bool) -> None:
+    """``--max-connections-per-ip 1``: a second connection evicts the first (GOAWAY
+    ``evicted``), or with ``--no-evict-when-full`` is closed at once."""
+    from hyperframe.frame import GoAwayFrame, SettingsFrame
+
+    from tests.server_hostile._harness import Attacker
+
+    flags = ["--max-connections-per-ip", "1"] + ([] if evict else ["--no-evict-when-full"])
+    server = ServerProcess("--memory", "--port", "0", *flags)
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        async with Attacker.connect(server.port) as first:
+            with anyio.fail_after(10):
+                while not any(
+                    isinstance(f, SettingsFrame) and "ACK" in f.flags for f in first.frames
+                ):
+                    assert await first.read(1.0)
+            async with Attacker.connect(server.port) as second:
+                with anyio.fail_after(10):
+                    closed, served = (first, second) if evict else (second, first)
+                    while not closed.eof:
+                        await closed.read(1.0)
+                    assert not served.eof
+                    while evict and not served.frames:
+                        assert await served.read(1.0)
+        goaways = [bytes(f.additional_data) for f in first.frames if isinstance(f, GoAwayFrame)]
+        assert goaways == ([b"evicted"] if evict else [])
+        assert bool(second.frames) is evict
+    finally:
+        await anyio.to_thread.run_sync(server.stop)

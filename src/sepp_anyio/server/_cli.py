@@ -52,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
@@ -122,6 +122,99 @@ def _retention(text: str) -> int:
     if value > 0 and ms == 0:
         raise argparse.ArgumentTypeError(f"must be 0 (off) or at least 0.001 s, not {text}")
     return ms
+
+
+def _duration_ms(*, zero: bool) -> Callable[[str], int]:
+    """An option's type: finite seconds as whole milliseconds, at least 0.001 s (or 0 when
+    ``zero`` means off)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+        ms = round(value * 1000)
+        if ms > I64_MAX:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {I64_MAX // 1000} seconds, not {text}"
+            )
+        if ms == 0 and not (zero and value == 0):
+            least = "0 (off) or at least 0.001 s" if zero else "at least 0.001 s"
+            raise argparse.ArgumentTypeError(f"must be {least}, not {text}")
+        return ms
+
+    return parse
+
+
+def _connections(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """The options of idle and slow connections and the caps (each replaces its
+    ``[server]`` key; the defaults are the keys')."""
+    defaults = ServerSection()
+    group = parser.add_argument_group(
+        "connections",
+        "idle and slow connections, and the connection caps (each option replaces its "
+        "[server] key)",
+    )
+    group.add_argument(
+        "--handshake-timeout",
+        type=_duration_ms(zero=False),
+        metavar="SECONDS",
+        dest="handshake_timeout_ms",
+        help="close a connection whose HTTP/2 preface and first SETTINGS have not all "
+        "arrived this long after accept, however they trickle in ([server] "
+        f"handshake_timeout_ms; default: {defaults.handshake_timeout_ms / 1000:g})",
+    )
+    group.add_argument(
+        "--idle-timeout",
+        type=_duration_ms(zero=True),
+        metavar="SECONDS",
+        dest="idle_timeout_ms",
+        help="GOAWAY and close a connection without calls this long; 0: never ([server] "
+        f"idle_timeout_ms; default: {defaults.idle_timeout_ms / 1000:g})",
+    )
+    group.add_argument(
+        "--max-connections",
+        type=_connections,
+        metavar="N",
+        help=f"connections at once ([server] max_connections; default: {defaults.max_connections})",
+    )
+    group.add_argument(
+        "--max-connections-per-ip",
+        type=_connections,
+        metavar="N",
+        help="connections at once from one client address ([server] "
+        f"max_connections_per_ip; default: {defaults.max_connections_per_ip})",
+    )
+    group.add_argument(
+        "--evict-when-full",
+        action=argparse.BooleanOptionalAction,
+        help="when a cap is full, admit the newcomer and evict the connection that has done "
+        "least (one still in its handshake, else the one idle longest; never one with a "
+        "call running); --no-evict-when-full refuses the newcomer instead ([server] "
+        f"evict_when_full; default: {'on' if defaults.evict_when_full else 'off'})",
+    )
+
+
+#: The ``[server]`` keys the connection options replace (their ``dest`` is the key).
+_CONNECTION_KEYS: Final = (
+    "handshake_timeout_ms",
+    "idle_timeout_ms",
+    "max_connections",
+    "max_connections_per_ip",
+    "evict_when_full",
+)
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -196,6 +289,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default="INFO",
         help="logging level (default: INFO)",
     )
+    _add_connection_options(parser)
     return parser
 
 
@@ -239,6 +333,9 @@ def _resolve(args: argparse.Namespace, env: Mapping[str, str]) -> _Settings:
             config.storage, dead_letter_retention_ms=args.dead_letter_retention_ms
         )
         config = dataclasses.replace(config, storage=storage)
+    flags = {key: getattr(args, key) for key in _CONNECTION_KEYS if getattr(args, key) is not None}
+    if flags:
+        config = dataclasses.replace(config, server=dataclasses.replace(config.server, **flags))
     defaults = ServerSection()
     section = config.server
 

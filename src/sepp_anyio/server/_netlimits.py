@@ -22,8 +22,9 @@ class NetworkLimits:
 
     #: TLS handshake, from accept.
     tls_handshake_timeout: float = 10.0
-    #: The client's preface and first SETTINGS, from accept (after TLS).
-    handshake_timeout: float = 10.0
+    #: The client's preface and first SETTINGS, from accept (after TLS); bytes trickling
+    #: in do not extend it.
+    handshake_timeout: float = 5.0
     #: Our SETTINGS acknowledged, from accept (SETTINGS_TIMEOUT otherwise).
     settings_ack_timeout: float = 10.0
     #: No call in progress this long (PINGs do not count): GOAWAY and close.
@@ -35,10 +36,14 @@ class NetworkLimits:
     write_timeout: float = 30.0
     #: The longest a call may run (its grpc-timeout is clamped to this).
     max_call_seconds: float = 600.0
-    #: Connections open at once; accepting pauses while full.
+    #: Connections open at once; a newcomer evicts one that has done least (``_admission``),
+    #: and accepting pauses while none can be evicted.
     max_connections: int = 1024
-    #: Connections from one IP address; more are closed at once.
+    #: Connections from one IP address; a newcomer evicts one of them, or is closed at
+    #: once if none can be evicted.
     max_connections_per_ip: int = 128
+    #: Eviction on (True) or off (the caps refuse newcomers).
+    evict_when_full: bool = True
     #: Shutdown: how long to wait for the PING after the first GOAWAY.
     goaway_ping_timeout: float = 5.0
     #: After an error GOAWAY (or the final one), how long the peer gets to hang up.
@@ -77,6 +82,7 @@ def network_limits(section: ServerSection) -> NetworkLimits:
         max_call_seconds=_seconds(section.max_call_duration_ms),
         max_connections=section.max_connections,
         max_connections_per_ip=section.max_connections_per_ip,
+        evict_when_full=section.evict_when_full,
         max_buffered_request_bytes_per_connection=(
             section.max_buffered_request_bytes_per_connection
         ),

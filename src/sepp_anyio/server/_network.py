@@ -14,9 +14,12 @@ configured), one task group per connection (:mod:`._served`, on the server role 
 :mod:`sepp_anyio._http2`), one cancel scope per call.  Calls are dispatched to the service
 layer (:mod:`._service`) by ``:path``.
 
-Accepting pauses while ``max_connections`` are open; a client IP address with
-``max_connections_per_ip`` open gets its next connection closed at once; TLS handshakes
-have ``tls_handshake_timeout`` (all ``[server]`` keys, see :mod:`._netlimits`).
+At most ``max_connections`` are open, and ``max_connections_per_ip`` from one address; when
+a cap is full the newcomer is admitted and the connection that has done least is evicted
+(one still in its handshake, else the one idle longest; never one with a call running), see
+:mod:`._admission`.  Only when none can be evicted does a cap refuse: per address the
+newcomer is closed at once, in total accepting pauses.  TLS handshakes have
+``tls_handshake_timeout`` (all ``[server]`` keys, see :mod:`._netlimits`).
 
 Graceful stop (shielded, bounded by ``shutdown_grace`` plus a few seconds), mirroring the
 real server (§3.14) and grpc-go's graceful GOAWAY:
@@ -44,7 +47,6 @@ import os
 import socket
 import ssl
 import threading
-from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -59,6 +61,7 @@ from anyio.streams.tls import TLSStream
 
 from sepp_anyio._http2 import Limits
 
+from ._admission import Admission, Refusal, Slot
 from ._clock import Clock
 from ._config import ServerConfig
 from ._engine import Engine
@@ -166,6 +169,16 @@ async def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def _close_quietly(stream: SocketStream) -> None:
+    """Close a socket the server will not serve (shielded, bounded, errors ignored)."""
+    with (
+        anyio.CancelScope(shield=True),
+        anyio.move_on_after(_CLOSE_TIMEOUT),
+        contextlib.suppress(Exception),
+    ):
+        await stream.aclose()
+
+
 def _format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -215,7 +228,11 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self._request_bytes = RequestBytes(self._net.max_buffered_request_bytes)
         self._bound: tuple[str, int] | None = None
         self._connections: set[ServedConnection] = set()
-        self._per_ip: Counter[str] = Counter()
+        self._admission = Admission(
+            self._net.max_connections,
+            self._net.max_connections_per_ip,
+            evict=self._net.evict_when_full,
+        )
         self._stopping = False
         self._scopes: set[anyio.CancelScope] = set()
 
@@ -247,6 +264,12 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
     def connections(self) -> tuple[ServedConnection, ...]:
         """The connections being served (a snapshot)."""
         return tuple(self._connections)
+
+    @property
+    def admission(self) -> Admission:
+        """The connection caps: connections open and closing, their peaks, evictions and
+        refusals (read them; for tests and diagnostics)."""
+        return self._admission
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
@@ -285,57 +308,76 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
-        slots = anyio.Semaphore(self._net.max_connections)
+        admission = self._admission
         with scope:
             while True:
-                # Accepting pauses while every slot is taken (the backlog holds the rest).
-                await slots.acquire()
+                # Accepting pauses while every slot is taken by a connection with a call
+                # running (the backlog holds the rest); otherwise a newcomer evicts one.
+                await admission.wait_for_room()
                 try:
-                    stream = await listener.accept()
+                    raw = await listener.accept()
                 except anyio.ClosedResourceError:  # stopping
-                    slots.release()
                     return
                 except OSError as exc:  # EMFILE and friends: back off, keep serving
-                    slots.release()
                     logger.warning("accept failed: %s", exc)
                     await anyio.sleep(0.1)
                     continue
+                try:
+                    slot = await self._admit(raw)
                 except BaseException:
-                    slots.release()
+                    await _close_quietly(raw)
                     raise
-                tg.start_soon(self._serve_one_shielded, stream, slots, routes, codec)
+                if slot is None:
+                    await _close_quietly(raw)
+                    continue
+                tg.start_soon(self._serve_one_shielded, raw, slot, routes, codec)
+
+    async def _admit(self, raw: SocketStream) -> Slot | None:
+        """A slot for the accepted ``raw`` (evicting another connection if a cap is full),
+        waiting while the server is full of busy connections; None if its address is."""
+        address = raw.extra(SocketAttribute.remote_address)
+        ip = str(address[0]) if isinstance(address, tuple) else str(address)
+        while True:
+            # Shielded from the server's stop like the rest of the connection's life: the
+            # graceful stop cancels it (see _serve_one_shielded).
+            verdict = self._admission.admit(ip, anyio.CancelScope(shield=True))
+            if isinstance(verdict, Slot):
+                return verdict
+            if verdict is Refusal.PER_IP:
+                logger.debug("refusing a connection from %s: too many from it", ip)
+                return None
+            # Full and nothing evictable (every connection has a call running), though
+            # there was room before accept(): hold this one until a slot frees.
+            await self._admission.wait_for_room()
 
     async def _serve_one_shielded(
         self,
         raw: SocketStream,
-        slots: anyio.Semaphore,
+        slot: Slot,
         routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
         # Connections are shielded from the cancellation that stops the server: its graceful
-        # stop decides when they end, and cancels their scopes once the grace is over.
-        with anyio.CancelScope(shield=True) as scope:
+        # stop decides when they end, and cancels their scopes once the grace is over.  An
+        # eviction cancels the scope too (of a connection still in its handshake), maybe
+        # before this task has started: then it only closes the socket.
+        with slot.scope as scope:
             self._scopes.add(scope)
             try:
-                await self._serve_one(raw, slots, routes, codec)
+                await self._serve_one(raw, slot, routes, codec)
             finally:
                 self._scopes.discard(scope)
 
     async def _serve_one(
         self,
         raw: SocketStream,
-        slots: anyio.Semaphore,
+        slot: Slot,
         routes: Mapping[str, Route],
         codec: MessageCodec,
     ) -> None:
-        address = raw.extra(SocketAttribute.remote_address)
-        ip = str(address[0]) if isinstance(address, tuple) else str(address)
-        self._per_ip[ip] += 1
+        ip = slot.ip
         stream: anyio.abc.ByteStream = raw
         try:
-            if self._per_ip[ip] > self._net.max_connections_per_ip:
-                logger.debug("refusing a connection from %s: too many from it", ip)
-                return
             with contextlib.suppress(OSError):
                 raw.extra(SocketAttribute.raw_socket).setsockopt(
                     socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
@@ -360,7 +402,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                 if stream is raw:
                     logger.debug("TLS handshake with %s timed out", ip)
                     return
-            if self._stopping:
+            if self._stopping or slot.evicted:
                 return
             connection = ServedConnection(
                 stream,
@@ -370,17 +412,18 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                 net=self._net,
                 peer=ip,
                 request_bytes=self._request_bytes,
+                on_idle=self._admission.wake,
             )
+            self._admission.attach(slot, connection)
             self._connections.add(connection)
             try:
                 await connection.run()
             finally:
                 self._connections.discard(connection)
         finally:
-            self._per_ip[ip] -= 1
-            if not self._per_ip[ip]:
-                del self._per_ip[ip]
-            slots.release()
+            if slot.evicted:
+                logger.debug("connection from %s evicted to make room for a newer one", ip)
+            self._admission.release(slot)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
                 with contextlib.suppress(Exception):
                     await stream.aclose()

@@ -106,11 +106,13 @@ class ServerSection:
     # The network side's defences (``http2-hardening.md``); read when the server starts.
     #: TLS handshake time allowed after accept.
     tls_handshake_timeout_ms: int = _int(10_000, lo=1)
-    #: Time for the client's HTTP/2 preface and first SETTINGS after accept.
-    handshake_timeout_ms: int = _int(10_000, lo=1)
+    #: Time for the client's HTTP/2 preface and first SETTINGS after accept (after TLS),
+    #: however the bytes trickle in; then the connection is closed.
+    handshake_timeout_ms: int = _int(5_000, lo=1)
     #: Time for the client to acknowledge our SETTINGS (else SETTINGS_TIMEOUT).
     settings_ack_timeout_ms: int = _int(10_000, lo=1)
-    #: A connection without calls this long gets GOAWAY and is closed; 0: never.
+    #: A connection without calls this long (PINGs do not count) gets GOAWAY ``idle`` and
+    #: is closed; 0: never.
     idle_timeout_ms: int = _int(300_000)
     #: Nothing read this long: the server PINGs; 0: never.
     keepalive_time_ms: int = _int(60_000)
@@ -120,10 +122,16 @@ class ServerSection:
     write_timeout_ms: int = _int(30_000)
     #: The longest a call runs (grpc-timeout is clamped to it).
     max_call_duration_ms: int = _int(600_000, lo=1)
-    #: Connections at once (accepting pauses while full).
+    #: Connections at once.  When full, a newcomer evicts the connection that has done
+    #: least (see ``evict_when_full``); accepting pauses while every one has a call running.
     max_connections: int = _int(1024, lo=1)
-    #: Connections at once from one client IP address (more are closed at accept).
+    #: Connections at once from one client IP address.  When full, a newcomer evicts one of
+    #: them, or is closed at once if every one has a call running.
     max_connections_per_ip: int = _int(128, lo=1)
+    #: When a cap is full, evict a connection to admit the newcomer: first one still in its
+    #: handshake (oldest first, closed), then an idle one (idle longest, never-used first;
+    #: GOAWAY ``evicted``); never one with a call running.  False: refuse the newcomer.
+    evict_when_full: bool = _bool(True)
     #: Client PINGs sooner than this after the previous one are strikes ...
     keepalive_min_time_ms: int = _int(10_000)
     #: ... also while no call is open (if false, 2 h is the minimum then) ...

@@ -32,6 +32,12 @@ The core decides every protocol matter (limits, budgets, errors and their GOAWAY
 module only moves bytes, runs handlers and keeps time.  All core calls happen between
 awaits, on the connection's own event loop, so no locking is needed.
 
+When a connection cap is full, the server's admission (:mod:`._admission`) reads
+:attr:`~ServedConnection.handshaken`, :attr:`~ServedConnection.idle_since` and
+``calls_started`` to pick the connection that has done least, and is told through
+``on_idle`` when the last call of one ends; an idle victim gets
+:meth:`~ServedConnection.evict` (GOAWAY ``evicted``, then the usual close).
+
 Graceful shutdown (:meth:`ServedConnection.begin_shutdown`): GOAWAY(2^31-1) and a PING;
 on the PING's ACK (or after ``goaway_ping_timeout``) a second GOAWAY with the last request
 handed over.  Requests that arrive in between are served; once no call is left the
@@ -120,6 +126,8 @@ class ServedConnection:
         clock: the monotonic clock (``anyio.current_time``: virtual under trio's MockClock).
         request_bytes: the server's count of request bytes being assembled (default: one of
             this connection's own, capped at ``net.max_buffered_request_bytes``).
+        on_idle: called (synchronously) each time the last call in progress ends, so that
+            the server's admission can see that this connection may be evicted now.
     """
 
     def __init__(
@@ -133,8 +141,10 @@ class ServedConnection:
         peer: str = "?",
         clock: Callable[[], float] = anyio.current_time,
         request_bytes: RequestBytes | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.h2 = Connection(client_side=False, limits=limits)
+        self._on_idle = on_idle
         self._stream = stream
         self._routes = routes
         self._codec = codec
@@ -186,6 +196,17 @@ class ServedConnection:
         """Calls whose handler is running (until cancellation has unwound)."""
         return len(self._calls)
 
+    @property
+    def handshaken(self) -> bool:
+        """The client's preface and first SETTINGS have arrived."""
+        return self._handshaken
+
+    @property
+    def idle_since(self) -> float | None:
+        """When (on the connection's clock) the last call ended, or :meth:`run` began if
+        none has run yet; None while calls are in progress."""
+        return self._idle_since
+
     # ------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
@@ -228,6 +249,18 @@ class ServedConnection:
             self.ended_by = reason
         if not self.h2.closed:
             self.h2.close(ErrorCode.NO_ERROR, reason.encode("ascii", "replace"))
+        self._flush()
+        self._stop_reading()
+
+    def evict(self) -> None:
+        """Make room for a newer connection: GOAWAY(NO_ERROR, ``evicted``), then the close
+        that follows any GOAWAY of ours (output flushed, ``close_linger`` for the client to
+        hang up).  Calls in progress, if any, are cancelled: the server evicts only idle
+        connections.  A no-op once the connection is closing."""
+        if self.ended_by is None:
+            self.ended_by = "evicted"
+        if not self.h2.closed:
+            self.h2.send_goaway(ErrorCode.NO_ERROR, debug_data=b"evicted")
         self._flush()
         self._stop_reading()
 
@@ -503,6 +536,8 @@ class ServedConnection:
         if not self._calls:
             self._idle_since = self._clock()
             self._notify()
+            if self._on_idle is not None:
+                self._on_idle()
 
     def _notify(self) -> None:
         wake = self._wake
