@@ -957,7 +957,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             UnauthenticatedError: the server refused the credentials before any reserve
                 of this run succeeded.
             UnknownQueuesError: a strict server does not declare a queue, before any
-                reserve of this run succeeded.
+                reserve of this run succeeded. Either comes alone, whatever the number of
+                lanes: the first lane refused ends the run, and the refusals of the others
+                (cancelled then) are not raised.
             RuntimeError: the worker is already running.
             ValueError, TypeError: a ``job_limit`` that is not an int >= 1.
         """
@@ -1083,15 +1085,36 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             raise body_error
 
     async def _reserve_loops(self, tg: anyio.abc.TaskGroup) -> None:
-        """Every lane's reserve loop; returns when all of them have stopped."""
+        """Every lane's reserve loop; returns when all of them have stopped.
+
+        Raises:
+            UnauthenticatedError, UnknownQueuesError: the first lane's refusal (see
+                :meth:`_reserve`), alone, whatever the number of lanes.
+        """
         if len(self._lanes) == 1:
             await self._reserve_loop(tg, self._lanes[0])
             return
+        # The first refusal ends the run; the other lanes' (their reserves were refused in
+        # the same round, before the cancellation reached them) are the same news, and
+        # would make run() raise an exception group instead of the one documented error.
+        refusal: UnauthenticatedError | UnknownQueuesError | None = None
+
+        async def lane_loop(lane: LaneRun) -> None:
+            nonlocal refusal
+            try:
+                await self._reserve_loop(tg, lane)
+            except (UnauthenticatedError, UnknownQueuesError) as exc:
+                if refusal is None:
+                    refusal = exc
+                    loops.cancel_scope.cancel()
+
         # One task per lane, so that one lane waiting for capacity, for its rate limit or
         # for a long poll never holds another's reserves.
         async with anyio.create_task_group() as loops:
             for index, lane in enumerate(self._lanes):
-                loops.start_soon(self._reserve_loop, tg, lane, name=f"sepp lane {index}")
+                loops.start_soon(lane_loop, lane, name=f"sepp lane {index}")
+        if refusal is not None:
+            raise refusal
 
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, lane: LaneRun) -> None:
         stop = self._stop

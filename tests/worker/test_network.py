@@ -271,6 +271,26 @@ async def test_a_worker_with_a_refused_key_raises_instead_of_retrying(
         assert worker.statistics().reserves == 1
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 5])
+async def test_a_worker_of_many_lanes_with_a_wrong_key_raises_one_error(
+    guarded_server: ServerThread, lanes: int
+) -> None:
+    """Over a real connection, where the lanes' refusals arrive in whatever order the
+    network gives: always one ``UnauthenticatedError`` (it used to be an exception group of
+    one per lane about half the time)."""
+    async with sepp_anyio.connect(guarded_server.address, api_key="wrong") as client:
+        for iteration in range(20):
+            worker = Worker(client, [sepp_anyio.Lane([f"q{n}"]) for n in range(lanes)])
+
+            @worker.handler("t")
+            async def never_called(payload: Payload | None, ctx: JobCtx) -> None:
+                raise AssertionError("no job can be reserved")
+
+            with anyio.fail_after(10), pytest.raises(sepp_anyio.UnauthenticatedError):
+                await worker.run()
+            assert 1 <= worker.statistics().reserves <= lanes, iteration
+
+
 async def test_a_worker_on_an_undeclared_queue_of_a_strict_server_raises(
     guarded_server: ServerThread,
 ) -> None:
