@@ -346,17 +346,26 @@ def _then_retry(ctx: JobCtx, delay: float | str) -> str:
     return "retrying at once" if delay == 0 else f"retrying in {delay:g}s"
 
 
-def _handler_asked(exc: HandlerError, ctx: JobCtx) -> str:
-    """The log line of a :class:`HandlerError`: what the handler asked for, in words."""
+def _handler_asked(exc: HandlerError, ctx: JobCtx) -> tuple[str, str]:
+    """What a :class:`HandlerError` asked for, in words, and what then becomes of the job
+    ("" for a dead-letter, which says it all): the two halves of its nack's log line."""
     why = exc.reason or "no reason given"
     directive = exc.directive
     if directive.kind == "dead_letter":
-        return f"handler asked to dead-letter the job ({why})"
+        return f"handler asked to dead-letter the job ({why})", ""
     if directive.kind == "after":
         assert directive.delay is not None
         then = _then_retry(ctx, directive.delay)
-        return f"handler asked to retry the job in {directive.delay:g}s ({why}); {then}"
-    return f"handler asked to retry the job ({why}); {_then_retry(ctx, _QUEUE_POLICY)}"
+        return f"handler asked to retry the job in {directive.delay:g}s ({why})", then
+    return f"handler asked to retry the job ({why})", _then_retry(ctx, _QUEUE_POLICY)
+
+
+def _settling(directive: RetryDirective | None, asked: tuple[str, str] | None) -> str:
+    """The settle in a failed settle's log line: "ack", "nack", or the nack with what the
+    handler asked for (that line is the only one to say it)."""
+    if directive is None:
+        return "ack"
+    return "nack" if asked is None else f"nack ({asked[0]})"
 
 
 def _boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tuple[object]:
@@ -1538,13 +1547,17 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         directive: RetryDirective | None,
         reason: str,
         limit: float | None,
-    ) -> tuple[RetryDirective | None, str] | None:
+    ) -> tuple[RetryDirective | None, str, tuple[str, str] | None] | None:
         """What to settle, given the handler's own ``directive`` and ``reason`` (None and
         "" to ack), and log it: None when the lease was lost (nothing is settled then).
 
         The flags decide, not what the handler did with its cancellation: one that
         swallowed it and returned (or raised something else) gets the outcome the
         cancellation stands for.
+
+        The third item is what a :class:`HandlerError` asked for and what follows, in
+        words (:func:`_handler_asked`): not logged here but in the nack's own line, so a
+        retry the handler asked for is one line, not two.
         """
         ctx = run.ctx
         error = run.error
@@ -1557,8 +1570,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     type(error).__name__,
                 )
             elif isinstance(error, HandlerError):
-                run.log.info("%s", _handler_asked(error, ctx))
                 _otel.mark_error(span, str(error), error)
+                return directive, reason, _handler_asked(error, ctx)
             else:
                 run.log.error(
                     "handler raised %s; %s",
@@ -1588,7 +1601,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             reason = f"worker shut down before the handler finished ({run.stop_reason})"
             run.log.warning("handler cancelled: %s; %s", reason, _then_retry(ctx, 0.0))
             _otel.mark_error(span, reason)
-        return directive, reason
+        return directive, reason, None
 
     def _give_token_back(self, run: JobRun) -> None:
         """Return ``run``'s ``max_in_flight`` token to its lane, if it still holds it."""
@@ -1631,8 +1644,12 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         run: JobRun,
         directive: RetryDirective | None,
         reason: str,
+        asked: tuple[str, str] | None,
     ) -> str:
         """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time.
+
+        ``asked``: what a :class:`HandlerError` asked for and what follows, in words, for
+        the nack's one line (which says both that and what became of the nack).
 
         Returns the outcome: ``"ack"``, ``"retry"``, ``"dead_letter"`` or
         ``"settle_failed"`` (logged; the job will be redelivered).
@@ -1662,10 +1679,16 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     metrics.nacked.add(1, {**labels, "outcome": outcome})
                 if dead:
                     lane.nacked_dead += 1
-                    run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    if asked is None:
+                        run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    else:
+                        run.log.warning("nacked; dead-lettered: %s", "; ".join(filter(None, asked)))
                 else:
                     lane.nacked_retry += 1
-                    run.log.info("nacked for retry (%s)", reason or "no reason")
+                    if asked is None:
+                        run.log.info("nacked for retry (%s)", reason or "no reason")
+                    else:
+                        run.log.info("nacked for retry: %s; %s", *asked)
                 return outcome
             except JobNotFoundError:
                 lane.settle_errors += 1
@@ -1673,14 +1696,14 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
                     " was lost",
-                    "ack" if directive is None else "nack",
+                    _settling(directive, asked),
                 )
                 return "settle_failed"
             except SeppError as exc:
                 lane.settle_errors += 1
                 run.log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
-                    "ack" if directive is None else "nack",
+                    _settling(directive, asked),
                     exc,
                 )
                 return "settle_failed"
@@ -1688,7 +1711,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         lane.settle_errors += 1
         run.log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
-            "ack" if directive is None else "nack",
+            _settling(directive, asked),
             _SETTLE_TIMEOUT,
         )
         return "settle_failed"
