@@ -139,6 +139,7 @@ import functools
 import inspect
 import logging
 import os
+import reprlib
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -162,7 +163,7 @@ from ._lease import JobRun, heartbeat, heartbeat_delay
 from ._logcontext import enter_job, install_record_factory
 from ._middleware import Middleware, call_through, check_middleware
 from ._model._checks import check_count, check_seconds, check_str
-from ._model._error_root import InvalidArgumentError
+from ._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
@@ -256,11 +257,21 @@ def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | Non
     return None if isinstance(error, anyio.get_cancelled_exc_class()) else error
 
 
-class HandlerSignatureError(TypeError):
+class HandlerSignatureError(InvalidArgumentTypeError):
     """A handler that cannot be registered (internal: the CLI reports it as a usage error).
 
-    A :class:`TypeError`, as the public API promises for a bad registration.
+    An :class:`~sepp_anyio.InvalidArgumentTypeError`, so also a :class:`TypeError`, as the
+    public API promises for a bad registration.
     """
+
+
+def _given(value: object) -> str:
+    """A wrong value and its type for an error message: ``3 (an int)``, ``None``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    return f"{reprlib.repr(value)} ({article} {name})"
 
 
 def _is_async_callable(fn: object) -> bool:
@@ -295,13 +306,14 @@ def check_handler(what: str, fn: object) -> bool:
         what: names the registration in errors, e.g. ``"job type 'resize'"``.
 
     Raises:
-        HandlerSignatureError: (a ``TypeError``) ``fn`` is not callable, is an async
-            generator function, or its signature cannot take two positional arguments.
+        HandlerSignatureError: (an ``InvalidArgumentTypeError``, a ``TypeError``) ``fn``
+            is not callable, is an async generator function, or its signature cannot take
+            two positional arguments.
     """
     if not callable(fn):
         raise HandlerSignatureError(
-            f"the handler for {what} must be callable as {_EXPECTED_SIGNATURE} (async def "
-            f"or def), got a {type(fn).__name__}"
+            f"the handler for {what} must be an async or sync function taking (payload, "
+            f"ctx); got {_given(fn)}"
         )
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
@@ -635,8 +647,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             DuplicateHandlerError: ``job_type`` already has a handler (use
                 :meth:`replace_handler` to swap it).
             ValueError: ``job_type`` is not a non-empty str.
-            TypeError: ``fn`` cannot be called as ``handler(payload, ctx)``; the message
-                names the job type and the expected signature.
+            InvalidArgumentTypeError: (a ``TypeError``) ``fn`` is not a function, or cannot
+                be called as ``handler(payload, ctx)``; the message names the job type,
+                what is expected and what was given.
         """
         call = self._checked(job_type, fn)
         if job_type in self._handlers:
