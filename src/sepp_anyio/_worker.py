@@ -156,7 +156,7 @@ from . import _lifespan, _otel
 from ._client import Client
 from ._cron import Cron, run_cron
 from ._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
-from ._health._source import DEFAULT_MARGIN
+from ._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat, heartbeat_delay
@@ -463,6 +463,11 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             exponential backoff (doubling up to 30 s; 1 s when this is 0) after a reserve
             refused for its credentials or queues, once a reserve has succeeded (before
             that, such a refusal makes :meth:`run` raise).
+        unready_after: seconds a lane's reserves may keep failing (the server gone or
+            unreachable, a key revoked) before :meth:`readiness` (``/readyz``) turns false;
+            it turns true again at the next reserve that succeeds, which is logged once at
+            INFO with the count and length of the failures. 0: not ready from the first
+            failure.
         worker_id: sent with every reserve/ack/nack/extend; default
             ``<host>-<pid>-<random>``.
         job_timeout: cancel a handler after this long and nack the job for
@@ -506,6 +511,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         wait: float = 30.0,
         auto_extend: bool | float = False,
         reserve_error_backoff: float = 1.0,
+        unready_after: float = DEFAULT_UNREADY_AFTER,
         worker_id: str | None = None,
         job_timeout: float | None = None,
         max_lease_time: float | None = None,
@@ -603,6 +609,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         self._health = WorkerHealth(
             wait=self._wait,
             margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
+            unready_after=check_seconds(unready_after, "unready_after"),
         )
         # Each lane's probe and metric series, labelled "default" for a worker of queue
         # names and by the lane's queues ("a+b") for a Lane.
@@ -907,7 +914,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
 
     def readiness(self) -> bool:
         """Whether the worker takes jobs: from :meth:`run`'s start until the first
-        :meth:`shutdown` (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
+        :meth:`shutdown`, except while a lane's reserves have been failing for
+        ``unready_after`` seconds or more (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
         return self._health.readiness()
 
     def liveness(self, now: float) -> tuple[bool, str]:
@@ -1255,17 +1263,22 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         """
         lane.reserves += 1
         started = anyio.current_time()
+        probe = self._probes[lane]
+        # until_idle: a short poll (an empty answer is what it waits for). After a failure
+        # too: an empty answer then says at once that reserves work again (for readiness
+        # and the log), where a long poll would say so only after ``wait``.
+        short = self._until_idle or probe.failing
         try:
             jobs = await self._client.reserve(
                 lane.lane.queues,
                 lease=self._lease,
-                # until_idle: a short poll (an empty answer is what it waits for).
-                wait=0.0 if self._until_idle else self._wait,
+                wait=0.0 if short else self._wait,
                 max_jobs=count,
                 worker_id=self.worker_id,
             )
         except SeppError as exc:
             lane.reserve_errors += 1
+            probe.reserve_failed(anyio.current_time())
             self._lane_metrics[lane].reserve_failed()
             metrics = _otel.metrics()
             if metrics.enabled:
@@ -1292,12 +1305,23 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             return None
         self._reserved_once = True
         self._refusals = 0
+        recovered = probe.reserve_succeeded(anyio.current_time())
+        if recovered is not None:
+            failures, seconds = recovered
+            logger.info(
+                "worker %s reserving from %s again after %d failed attempt%s over %.1fs",
+                self.worker_id,
+                ", ".join(lane.lane.queues),
+                failures,
+                "" if failures == 1 else "s",
+                seconds,
+            )
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
         if (
             not jobs
-            and not self._until_idle
+            and not short
             and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2)
         ):
             await self._pause(_EARLY_EMPTY_PAUSE)

@@ -43,6 +43,8 @@ async def other(payload: Payload | None, ctx: JobCtx) -> None:
         ({"auto_extend": 0.0}, "auto_extend"),
         ({"auto_extend": -2}, "auto_extend"),
         ({"reserve_error_backoff": -0.5}, "reserve_error_backoff"),
+        ({"unready_after": -1}, "unready_after"),
+        ({"unready_after": float("inf")}, "unready_after"),
         ({"worker_id": ""}, "worker_id"),
         ({"job_timeout": 0}, "job_timeout"),
         ({"max_lease_time": -1}, "max_lease_time"),
@@ -73,6 +75,8 @@ def test_bad_queues_raise_value_error_naming_them(queues: list[str], pattern: st
         ({"max_in_flight": 2.0}, "max_in_flight"),
         ({"max_jobs": True}, "max_jobs"),
         ({"sync_threads": 1.5}, "sync_threads"),
+        ({"unready_after": "5"}, "unready_after"),
+        ({"unready_after": None}, "unready_after"),
     ],
 )
 def test_wrong_types_raise_type_error_naming_the_argument(
@@ -88,7 +92,7 @@ def test_a_single_string_is_not_a_list_of_queues() -> None:
 
 
 def test_zero_is_allowed_where_it_means_no_wait() -> None:
-    Worker(CLIENT, ["q"], reserve_error_backoff=0, drain_timeout=0)
+    Worker(CLIENT, ["q"], reserve_error_backoff=0, drain_timeout=0, unready_after=0)
 
 
 def test_default_worker_id_is_host_pid_random(monkeypatch: pytest.MonkeyPatch) -> None:
