@@ -172,10 +172,12 @@ async def test_a_failed_nack_still_says_what_the_handler_asked(
         assert worker.statistics().settle_errors == 1
         records = [r for r in caplog.records if job_id in r.getMessage()]
         assert [r.levelno for r in records] == [logging.ERROR], records
-        assert records[0].getMessage().startswith(
+        message = records[0].getMessage()
+        expected = (
             f"job {job_id} (t, attempt 1/3): could not nack (handler asked to retry the job"
             " (busy)): job not found;"
-        ), records[0].getMessage()
+        )
+        assert message.startswith(expected), message
 
 
 @pytest.mark.parametrize(
