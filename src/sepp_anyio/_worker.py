@@ -125,6 +125,10 @@ permanent: ``run()`` raises it rather than retrying forever while looking health
 reserve has succeeded, the same errors (a key revoked, a queue removed by a server restart)
 are retried with exponential backoff up to 30 s, logged at ERROR each time. Other reserve
 errors (the server unavailable, ...) are retried every ``reserve_error_backoff`` seconds.
+The first reserve after a failure is a short poll, so that the one that works again says so
+at once: readiness, off once the failures have lasted ``unready_after`` seconds, comes
+back, and the recovery is logged once at INFO (a long poll would answer only after
+``wait``).
 
 Cancelling ``run()`` from outside is not graceful: everything is cancelled at
 once, no job that was still running is settled (their leases expire and the

@@ -64,8 +64,9 @@ _BETWEEN = "between reserves"
 
 
 class LaneProbe:
-    """The state of one reserve loop, reported by the loop itself (three attribute writes
-    per reserve; ``now`` is ``anyio.current_time()``, which the loop reads anyway)."""
+    """The state of one reserve loop, reported by the loop itself (a few attribute writes
+    per reserve; ``now`` is ``anyio.current_time()``, which the loop reads anyway), and
+    its streak of failed reserves, if one is on (for readiness)."""
 
     __slots__ = ("_failing_since", "_failures", "_limit", "_phase", "_since", "name")
 
