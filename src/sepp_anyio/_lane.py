@@ -155,40 +155,64 @@ class TokenBucket:
 
     Starts full. :meth:`take` waits until at least one token is there and takes up to the
     number asked for; :meth:`give_back` returns the ones a reserve did not use.
+
+    Tokens are whole: the bucket counts the refills due since its ``stamp`` (the ``k``-th
+    at ``stamp + k / rate``) rather than adding elapsed time as a float. Adding floats can
+    leave it at 0.9999999 tokens, waiting ``(1 - tokens) / rate``, a time so short that the
+    clock does not move when it is added: a virtual clock then never reaches the token and
+    the loop spins. Here the wait is always until the next refill's own time, and waking
+    from it earns that refill, whatever the clock's rounding says.
     """
 
-    __slots__ = ("_capacity", "_rate", "_stamp", "_tokens")
+    __slots__ = ("_capacity", "_rate", "_refills", "_stamp", "_tokens")
 
     def __init__(self, limit: RateLimit) -> None:
-        self._capacity = float(limit.count)
+        self._capacity = limit.count
         self._rate = limit.count / limit.per
-        self._tokens = self._capacity
+        self._tokens = limit.count
+        # When the count of refills started (the bucket was last full), and how many of
+        # them are in ``_tokens`` already.
         self._stamp: float | None = None
+        self._refills = 0
 
-    def _refill(self) -> None:
-        now = anyio.current_time()
-        if self._stamp is not None:
-            self._tokens = min(self._capacity, self._tokens + (now - self._stamp) * self._rate)
-        self._stamp = now
+    def _refill(self, now: float, earned: int = 0) -> None:
+        """Add the refills due by ``now`` (at least ``earned`` of them) to the tokens.
+
+        A full bucket earns nothing: its count restarts at ``now`` (the time it spent full
+        is lost, as in any token bucket).
+        """
+        if self._stamp is not None and self._tokens < self._capacity:
+            earned = max(earned, int((now - self._stamp) * self._rate))
+            if earned > self._refills:
+                self._tokens = min(self._capacity, self._tokens + earned - self._refills)
+                self._refills = earned
+        if self._stamp is None or self._tokens >= self._capacity:
+            self._stamp, self._refills = now, 0
 
     async def take(self, wanted: int) -> int:
         """Wait for a token, then take ``min(wanted, whole tokens)``; at least one.
 
         Cancellation (a shutdown while waiting) takes nothing.
         """
-        self._refill()
+        self._refill(anyio.current_time())
         while self._tokens < 1:
-            await anyio.sleep((1 - self._tokens) / self._rate)
-            self._refill()
-        granted = min(wanted, int(self._tokens))
+            stamp, due = self._stamp, self._refills + 1
+            assert stamp is not None  # set by the first _refill
+            await anyio.sleep_until(stamp + due / self._rate)
+            # Woken at the refill's time: it is earned, even if the clock, rounded, reads a
+            # hair before it (unless the count restarted meanwhile: then it is full).
+            self._refill(anyio.current_time(), due if self._stamp == stamp else 0)
+        granted = min(wanted, self._tokens)
         self._tokens -= granted
         return granted
 
     def give_back(self, count: int) -> None:
         """Return ``count`` unused tokens (a reserve returned fewer jobs than taken)."""
         if count > 0:
-            self._refill()
+            now = anyio.current_time()
+            self._refill(now)
             self._tokens = min(self._capacity, self._tokens + count)
+            self._refill(now)  # full again: the count of refills restarts now
 
 
 @dataclass(frozen=True, slots=True)

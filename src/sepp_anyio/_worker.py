@@ -125,6 +125,10 @@ permanent: ``run()`` raises it rather than retrying forever while looking health
 reserve has succeeded, the same errors (a key revoked, a queue removed by a server restart)
 are retried with exponential backoff up to 30 s, logged at ERROR each time. Other reserve
 errors (the server unavailable, ...) are retried every ``reserve_error_backoff`` seconds.
+The first reserve after a failure is a short poll, so that the one that works again says so
+at once: readiness, off once the failures have lasted ``unready_after`` seconds, comes
+back, and the recovery is logged once at INFO (a long poll would answer only after
+``wait``).
 
 Cancelling ``run()`` from outside is not graceful: everything is cancelled at
 once, no job that was still running is settled (their leases expire and the
@@ -139,6 +143,7 @@ import functools
 import inspect
 import logging
 import os
+import reprlib
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -155,14 +160,14 @@ from . import _lifespan, _otel
 from ._client import Client
 from ._cron import Cron, run_cron
 from ._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
-from ._health._source import DEFAULT_MARGIN
+from ._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun, heartbeat, heartbeat_delay
 from ._logcontext import enter_job, install_record_factory
 from ._middleware import Middleware, call_through, check_middleware
 from ._model._checks import check_count, check_seconds, check_str
-from ._model._error_root import InvalidArgumentError
+from ._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._model._errors import (
     DuplicateHandlerError,
     HandlerError,
@@ -256,11 +261,21 @@ def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | Non
     return None if isinstance(error, anyio.get_cancelled_exc_class()) else error
 
 
-class HandlerSignatureError(TypeError):
+class HandlerSignatureError(InvalidArgumentTypeError):
     """A handler that cannot be registered (internal: the CLI reports it as a usage error).
 
-    A :class:`TypeError`, as the public API promises for a bad registration.
+    An :class:`~sepp_anyio.InvalidArgumentTypeError`, so also a :class:`TypeError`, as the
+    public API promises for a bad registration.
     """
+
+
+def _given(value: object) -> str:
+    """A wrong value and its type for an error message: ``3 (an int)``, ``None``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    return f"{reprlib.repr(value)} ({article} {name})"
 
 
 def _is_async_callable(fn: object) -> bool:
@@ -295,13 +310,14 @@ def check_handler(what: str, fn: object) -> bool:
         what: names the registration in errors, e.g. ``"job type 'resize'"``.
 
     Raises:
-        HandlerSignatureError: (a ``TypeError``) ``fn`` is not callable, is an async
-            generator function, or its signature cannot take two positional arguments.
+        HandlerSignatureError: (an ``InvalidArgumentTypeError``, a ``TypeError``) ``fn``
+            is not callable, is an async generator function, or its signature cannot take
+            two positional arguments.
     """
     if not callable(fn):
         raise HandlerSignatureError(
-            f"the handler for {what} must be callable as {_EXPECTED_SIGNATURE} (async def "
-            f"or def), got a {type(fn).__name__}"
+            f"the handler for {what} must be an async or sync function taking (payload, "
+            f"ctx); got {_given(fn)}"
         )
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
@@ -346,17 +362,26 @@ def _then_retry(ctx: JobCtx, delay: float | str) -> str:
     return "retrying at once" if delay == 0 else f"retrying in {delay:g}s"
 
 
-def _handler_asked(exc: HandlerError, ctx: JobCtx) -> str:
-    """The log line of a :class:`HandlerError`: what the handler asked for, in words."""
+def _handler_asked(exc: HandlerError, ctx: JobCtx) -> tuple[str, str]:
+    """What a :class:`HandlerError` asked for, in words, and what then becomes of the job
+    ("" for a dead-letter, which says it all): the two halves of its nack's log line."""
     why = exc.reason or "no reason given"
     directive = exc.directive
     if directive.kind == "dead_letter":
-        return f"handler asked to dead-letter the job ({why})"
+        return f"handler asked to dead-letter the job ({why})", ""
     if directive.kind == "after":
         assert directive.delay is not None
         then = _then_retry(ctx, directive.delay)
-        return f"handler asked to retry the job in {directive.delay:g}s ({why}); {then}"
-    return f"handler asked to retry the job ({why}); {_then_retry(ctx, _QUEUE_POLICY)}"
+        return f"handler asked to retry the job in {directive.delay:g}s ({why})", then
+    return f"handler asked to retry the job ({why})", _then_retry(ctx, _QUEUE_POLICY)
+
+
+def _settling(directive: RetryDirective | None, asked: tuple[str, str] | None) -> str:
+    """The settle in a failed settle's log line: "ack", "nack", or the nack with what the
+    handler asked for (that line is the only one to say it)."""
+    if directive is None:
+        return "ack"
+    return "nack" if asked is None else f"nack ({asked[0]})"
 
 
 def _boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tuple[object]:
@@ -442,6 +467,11 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             exponential backoff (doubling up to 30 s; 1 s when this is 0) after a reserve
             refused for its credentials or queues, once a reserve has succeeded (before
             that, such a refusal makes :meth:`run` raise).
+        unready_after: seconds a lane's reserves may keep failing (the server gone or
+            unreachable, a key revoked) before :meth:`readiness` (``/readyz``) turns false;
+            it turns true again at the next reserve that succeeds, which is logged once at
+            INFO with the count and length of the failures. 0: not ready from the first
+            failure.
         worker_id: sent with every reserve/ack/nack/extend; default
             ``<host>-<pid>-<random>``.
         job_timeout: cancel a handler after this long and nack the job for
@@ -485,6 +515,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         wait: float = 30.0,
         auto_extend: bool | float = False,
         reserve_error_backoff: float = 1.0,
+        unready_after: float = DEFAULT_UNREADY_AFTER,
         worker_id: str | None = None,
         job_timeout: float | None = None,
         max_lease_time: float | None = None,
@@ -582,6 +613,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         self._health = WorkerHealth(
             wait=self._wait,
             margin=DEFAULT_MARGIN + max(self._reserve_error_backoff, _MAX_REFUSED_BACKOFF),
+            unready_after=check_seconds(unready_after, "unready_after"),
         )
         # Each lane's probe and metric series, labelled "default" for a worker of queue
         # names and by the lane's queues ("a+b") for a Lane.
@@ -626,8 +658,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             DuplicateHandlerError: ``job_type`` already has a handler (use
                 :meth:`replace_handler` to swap it).
             ValueError: ``job_type`` is not a non-empty str.
-            TypeError: ``fn`` cannot be called as ``handler(payload, ctx)``; the message
-                names the job type and the expected signature.
+            InvalidArgumentTypeError: (a ``TypeError``) ``fn`` is not a function, or cannot
+                be called as ``handler(payload, ctx)``; the message names the job type,
+                what is expected and what was given.
         """
         call = self._checked(job_type, fn)
         if job_type in self._handlers:
@@ -885,7 +918,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
 
     def readiness(self) -> bool:
         """Whether the worker takes jobs: from :meth:`run`'s start until the first
-        :meth:`shutdown` (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
+        :meth:`shutdown`, except while a lane's reserves have been failing for
+        ``unready_after`` seconds or more (``/readyz`` of :func:`~sepp_anyio.serve_health`)."""
         return self._health.readiness()
 
     def liveness(self, now: float) -> tuple[bool, str]:
@@ -957,7 +991,9 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             UnauthenticatedError: the server refused the credentials before any reserve
                 of this run succeeded.
             UnknownQueuesError: a strict server does not declare a queue, before any
-                reserve of this run succeeded.
+                reserve of this run succeeded. Either comes alone, whatever the number of
+                lanes: the first lane refused ends the run, and the refusals of the others
+                (cancelled then) are not raised.
             RuntimeError: the worker is already running.
             ValueError, TypeError: a ``job_limit`` that is not an int >= 1.
         """
@@ -1083,15 +1119,36 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             raise body_error
 
     async def _reserve_loops(self, tg: anyio.abc.TaskGroup) -> None:
-        """Every lane's reserve loop; returns when all of them have stopped."""
+        """Every lane's reserve loop; returns when all of them have stopped.
+
+        Raises:
+            UnauthenticatedError, UnknownQueuesError: the first lane's refusal (see
+                :meth:`_reserve`), alone, whatever the number of lanes.
+        """
         if len(self._lanes) == 1:
             await self._reserve_loop(tg, self._lanes[0])
             return
+        # The first refusal ends the run; the other lanes' (their reserves were refused in
+        # the same round, before the cancellation reached them) are the same news, and
+        # would make run() raise an exception group instead of the one documented error.
+        refusal: UnauthenticatedError | UnknownQueuesError | None = None
+
+        async def lane_loop(lane: LaneRun) -> None:
+            nonlocal refusal
+            try:
+                await self._reserve_loop(tg, lane)
+            except (UnauthenticatedError, UnknownQueuesError) as exc:
+                if refusal is None:
+                    refusal = exc
+                    loops.cancel_scope.cancel()
+
         # One task per lane, so that one lane waiting for capacity, for its rate limit or
         # for a long poll never holds another's reserves.
         async with anyio.create_task_group() as loops:
             for index, lane in enumerate(self._lanes):
-                loops.start_soon(self._reserve_loop, tg, lane, name=f"sepp lane {index}")
+                loops.start_soon(lane_loop, lane, name=f"sepp lane {index}")
+        if refusal is not None:
+            raise refusal
 
     async def _reserve_loop(self, tg: anyio.abc.TaskGroup, lane: LaneRun) -> None:
         stop = self._stop
@@ -1210,17 +1267,22 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         """
         lane.reserves += 1
         started = anyio.current_time()
+        probe = self._probes[lane]
+        # until_idle: a short poll (an empty answer is what it waits for). After a failure
+        # too: an empty answer then says at once that reserves work again (for readiness
+        # and the log), where a long poll would say so only after ``wait``.
+        short = self._until_idle or probe.failing
         try:
             jobs = await self._client.reserve(
                 lane.lane.queues,
                 lease=self._lease,
-                # until_idle: a short poll (an empty answer is what it waits for).
-                wait=0.0 if self._until_idle else self._wait,
+                wait=0.0 if short else self._wait,
                 max_jobs=count,
                 worker_id=self.worker_id,
             )
         except SeppError as exc:
             lane.reserve_errors += 1
+            probe.reserve_failed(anyio.current_time())
             self._lane_metrics[lane].reserve_failed()
             metrics = _otel.metrics()
             if metrics.enabled:
@@ -1247,12 +1309,23 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             return None
         self._reserved_once = True
         self._refusals = 0
+        recovered = probe.reserve_succeeded(anyio.current_time())
+        if recovered is not None:
+            failures, seconds = recovered
+            logger.info(
+                "worker %s reserving from %s again after %d failed attempt%s over %.1fs",
+                self.worker_id,
+                ", ".join(lane.lane.queues),
+                failures,
+                "" if failures == 1 else "s",
+                seconds,
+            )
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
         if (
             not jobs
-            and not self._until_idle
+            and not short
             and anyio.current_time() - started < min(_EARLY_EMPTY, self._wait / 2)
         ):
             await self._pause(_EARLY_EMPTY_PAUSE)
@@ -1515,13 +1588,17 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         directive: RetryDirective | None,
         reason: str,
         limit: float | None,
-    ) -> tuple[RetryDirective | None, str] | None:
+    ) -> tuple[RetryDirective | None, str, tuple[str, str] | None] | None:
         """What to settle, given the handler's own ``directive`` and ``reason`` (None and
         "" to ack), and log it: None when the lease was lost (nothing is settled then).
 
         The flags decide, not what the handler did with its cancellation: one that
         swallowed it and returned (or raised something else) gets the outcome the
         cancellation stands for.
+
+        The third item is what a :class:`HandlerError` asked for and what follows, in
+        words (:func:`_handler_asked`): not logged here but in the nack's own line, so a
+        retry the handler asked for is one line, not two.
         """
         ctx = run.ctx
         error = run.error
@@ -1534,8 +1611,8 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     type(error).__name__,
                 )
             elif isinstance(error, HandlerError):
-                run.log.info("%s", _handler_asked(error, ctx))
                 _otel.mark_error(span, str(error), error)
+                return directive, reason, _handler_asked(error, ctx)
             else:
                 run.log.error(
                     "handler raised %s; %s",
@@ -1565,7 +1642,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
             reason = f"worker shut down before the handler finished ({run.stop_reason})"
             run.log.warning("handler cancelled: %s; %s", reason, _then_retry(ctx, 0.0))
             _otel.mark_error(span, reason)
-        return directive, reason
+        return directive, reason, None
 
     def _give_token_back(self, run: JobRun) -> None:
         """Return ``run``'s ``max_in_flight`` token to its lane, if it still holds it."""
@@ -1608,8 +1685,12 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         run: JobRun,
         directive: RetryDirective | None,
         reason: str,
+        asked: tuple[str, str] | None,
     ) -> str:
         """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time.
+
+        ``asked``: what a :class:`HandlerError` asked for and what follows, in words, for
+        the nack's one line (which says both that and what became of the nack).
 
         Returns the outcome: ``"ack"``, ``"retry"``, ``"dead_letter"`` or
         ``"settle_failed"`` (logged; the job will be redelivered).
@@ -1639,10 +1720,16 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     metrics.nacked.add(1, {**labels, "outcome": outcome})
                 if dead:
                     lane.nacked_dead += 1
-                    run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    if asked is None:
+                        run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
+                    else:
+                        run.log.warning("nacked; dead-lettered: %s", "; ".join(filter(None, asked)))
                 else:
                     lane.nacked_retry += 1
-                    run.log.info("nacked for retry (%s)", reason or "no reason")
+                    if asked is None:
+                        run.log.info("nacked for retry (%s)", reason or "no reason")
+                    else:
+                        run.log.info("nacked for retry: %s; %s", *asked)
                 return outcome
             except JobNotFoundError:
                 lane.settle_errors += 1
@@ -1650,14 +1737,14 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
                     " was lost",
-                    "ack" if directive is None else "nack",
+                    _settling(directive, asked),
                 )
                 return "settle_failed"
             except SeppError as exc:
                 lane.settle_errors += 1
                 run.log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
-                    "ack" if directive is None else "nack",
+                    _settling(directive, asked),
                     exc,
                 )
                 return "settle_failed"
@@ -1665,7 +1752,7 @@ class Worker(anyio.AsyncContextManagerMixin, Generic[StateT]):
         lane.settle_errors += 1
         run.log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
-            "ack" if directive is None else "nack",
+            _settling(directive, asked),
             _SETTLE_TIMEOUT,
         )
         return "settle_failed"

@@ -157,6 +157,26 @@ async def test_a_blocked_event_loop_fails_livez_then_recovers() -> None:
         assert (await get(port, "/livez")).status == 200
 
 
+async def test_status_lines_carry_their_reason_phrase() -> None:
+    """``HTTP/1.1 200 OK``, not ``HTTP/1.1 200 `` (h11 sends no phrase unless told)."""
+    async with serving() as (_server, port, health):
+        health.lane("main")
+
+        async def status_line(request: bytes) -> bytes:
+            return (await raw(port, request)).split(b"\r\n", 1)[0]
+
+        def get_(path: str) -> bytes:
+            return f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode()
+
+        assert await status_line(get_("/livez")) == b"HTTP/1.1 200 OK"
+        assert await status_line(get_("/readyz")) == b"HTTP/1.1 503 Service Unavailable"
+        assert await status_line(get_("/nowhere")) == b"HTTP/1.1 404 Not Found"
+        assert await status_line(b"POST /livez HTTP/1.1\r\nHost: a\r\n\r\n") == (
+            b"HTTP/1.1 405 Method Not Allowed"
+        )
+        assert await status_line(b"NOT HTTP AT ALL\r\n\r\n") == b"HTTP/1.1 400 Bad Request"
+
+
 # ---------------------------------------------------------------- limits and hostile input
 
 

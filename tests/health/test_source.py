@@ -96,8 +96,45 @@ def test_lanes_get_metric_series_and_the_registry_is_shared() -> None:
         ({"wait": 1.0, "margin": -0.5}, ValueError),
         ({"wait": "5"}, TypeError),
         ({"wait": True}, TypeError),
+        ({"wait": 1.0, "unready_after": -1.0}, ValueError),
+        ({"wait": 1.0, "unready_after": "5"}, TypeError),
     ],
 )
 def test_bad_arguments(options: dict[str, object], error: type[Exception]) -> None:
-    with pytest.raises(error, match=r"wait|margin"):
+    with pytest.raises(error, match=r"wait|margin|unready_after"):
         WorkerHealth(**options)  # type: ignore[arg-type]
+
+
+def test_reserves_failing_for_unready_after_make_the_worker_unready_until_one_succeeds() -> None:
+    health = WorkerHealth(wait=5.0, unready_after=5.0)
+    main, other = health.lane("main"), health.lane("other")
+    health.mark_started(now=0.0)
+    assert health.ready_at(100.0)
+    main.reserve_failed(100.0)
+    assert main.failing and not other.failing
+    main.reserve_failed(101.0)
+    # Counted from the streak's first failure, whether or not another has failed since.
+    assert health.ready_at(104.9)
+    assert not health.ready_at(105.0)
+    assert not health.ready_at(1000.0)
+    assert main.failing_for(105.0) == 5.0 and other.failing_for(105.0) == 0.0
+    # One success ends the streak: its count and length, once.
+    assert main.reserve_succeeded(106.5) == (2, 6.5)
+    assert main.reserve_succeeded(107.0) is None
+    assert health.ready_at(107.0) and health.readiness()
+    # One lane failing is enough; a new run starts with no streak.
+    other.reserve_failed(200.0)
+    assert not health.ready_at(205.0)
+    health.mark_started(now=300.0)
+    assert health.ready_at(305.0) and not other.failing
+    # Shutting down is not ready, failing or not.
+    health.mark_shutting_down()
+    assert not health.ready_at(300.0) and not health.readiness()
+
+
+def test_unready_after_zero_is_not_ready_from_the_first_failure() -> None:
+    health = WorkerHealth(wait=5.0, unready_after=0.0)
+    lane = health.lane("main")
+    health.mark_started(now=0.0)
+    lane.reserve_failed(10.0)
+    assert not health.ready_at(10.0)

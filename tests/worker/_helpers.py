@@ -4,6 +4,7 @@ handler probes that report through events (never a sleep standing in for synchro
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
+import pytest
 
 from sepp_anyio import Client, EnqueueRequest, JobCtx, Payload, StatusCode, Worker
 from sepp_anyio.server import Engine, EngineError
@@ -21,6 +24,7 @@ __all__ = [
     "Probe",
     "enqueue",
     "nack_kind",
+    "real_time_limit",
     "running",
     "unavailable",
 ]
@@ -179,6 +183,40 @@ async def running(worker: Worker) -> AsyncIterator[anyio.abc.TaskGroup]:
             yield tg
         finally:
             worker.shutdown()
+
+
+@asynccontextmanager
+async def real_time_limit(seconds: float) -> AsyncIterator[None]:
+    """Fail the test if the block runs for more than ``seconds`` of real time.
+
+    On a virtual clock ``fail_after`` cannot catch a task that spins without ever waiting
+    for a timer: the clock only moves when every task waits, so it stands still and the
+    deadline never comes. This watches the wall clock from a thread (a thread's wait does
+    not hold a virtual clock back) and cancels the block when the time is up.
+    """
+    done = threading.Event()
+    expired = False
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal expired
+                if not await anyio.to_thread.run_sync(done.wait, seconds, abandon_on_cancel=True):
+                    expired = True
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                yield
+            finally:
+                done.set()
+    except BaseExceptionGroup as group:
+        # The block's own failure, as itself (the watcher never fails).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if expired:
+        pytest.fail(f"the block ran for more than {seconds:g}s of real time (a spin?)")
 
 
 @dataclass(eq=False)

@@ -10,7 +10,14 @@ from typing import Any, cast
 
 import pytest
 
-from sepp_anyio import Client, DuplicateHandlerError, JobCtx, Payload, Worker
+from sepp_anyio import (
+    Client,
+    DuplicateHandlerError,
+    InvalidArgumentTypeError,
+    JobCtx,
+    Payload,
+    Worker,
+)
 
 CLIENT = cast("Client", object())  # the constructor only stores it
 
@@ -36,6 +43,8 @@ async def other(payload: Payload | None, ctx: JobCtx) -> None:
         ({"auto_extend": 0.0}, "auto_extend"),
         ({"auto_extend": -2}, "auto_extend"),
         ({"reserve_error_backoff": -0.5}, "reserve_error_backoff"),
+        ({"unready_after": -1}, "unready_after"),
+        ({"unready_after": float("inf")}, "unready_after"),
         ({"worker_id": ""}, "worker_id"),
         ({"job_timeout": 0}, "job_timeout"),
         ({"max_lease_time": -1}, "max_lease_time"),
@@ -66,6 +75,8 @@ def test_bad_queues_raise_value_error_naming_them(queues: list[str], pattern: st
         ({"max_in_flight": 2.0}, "max_in_flight"),
         ({"max_jobs": True}, "max_jobs"),
         ({"sync_threads": 1.5}, "sync_threads"),
+        ({"unready_after": "5"}, "unready_after"),
+        ({"unready_after": None}, "unready_after"),
     ],
 )
 def test_wrong_types_raise_type_error_naming_the_argument(
@@ -81,7 +92,7 @@ def test_a_single_string_is_not_a_list_of_queues() -> None:
 
 
 def test_zero_is_allowed_where_it_means_no_wait() -> None:
-    Worker(CLIENT, ["q"], reserve_error_backoff=0, drain_timeout=0)
+    Worker(CLIENT, ["q"], reserve_error_backoff=0, drain_timeout=0, unready_after=0)
 
 
 def test_default_worker_id_is_host_pid_random(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,8 +234,29 @@ BAD_HANDLERS: list[Any] = [
     ),
     pytest.param(_agen, "is an async generator function", id="async-generator"),
     pytest.param(_gen, "is a generator function", id="generator"),
-    pytest.param("not a function", "must be callable", id="not-callable"),
+    pytest.param(
+        "not a function",
+        "must be an async or sync function taking (payload, ctx); got 'not a function' (a str)",
+        id="not-callable",
+    ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "given"), [(3, "3 (an int)"), (None, "None"), ({"a": 1}, "{'a': 1} (a dict)")]
+)
+def test_a_registry_entry_that_is_not_a_function_says_what_is_expected_and_given(
+    entry: Any, given: str
+) -> None:
+    """It said "must be callable as ... got a int"."""
+    worker = Worker(CLIENT, ["emails"])
+    with pytest.raises(InvalidArgumentTypeError) as info:
+        worker.handle("emails/send", entry)
+    assert isinstance(info.value, TypeError)
+    assert str(info.value) == (
+        "the handler for job type 'emails/send' must be an async or sync function taking "
+        f"(payload, ctx); got {given}"
+    )
 
 
 @pytest.mark.parametrize("how", ["handle", "handler", "replace_handler", "catch_all"])
@@ -244,7 +276,11 @@ def test_a_handler_that_cannot_take_payload_and_ctx_is_refused_at_registration(
     message = str(info.value)
     assert needle in message, message
     assert ("the catch-all" if how == "catch_all" else "job type 'resize'") in message
-    assert "handler(payload: Payload | None, ctx: JobCtx) -> None" in message
+    # What is expected: the full signature, or for something that is no function at all,
+    # a function taking (payload, ctx) (the needle).
+    if callable(fn):
+        assert "handler(payload: Payload | None, ctx: JobCtx) -> None" in message
+    assert isinstance(info.value, InvalidArgumentTypeError)
     assert worker.handlers == {}
     assert worker._catch_all is None
 

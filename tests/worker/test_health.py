@@ -4,6 +4,7 @@ HTTP side, on real sockets, is in tests/health/test_worker_endpoints.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -178,3 +179,88 @@ async def test_a_failed_ack_counts_as_a_settle_failure() -> None:
     assert got[jobs_total("t", "settle_failed")] == 1
     assert got[jobs_total("t", "acked")] == 1
     assert got[("sepp_settle_failures_total", LANE)] == 1
+
+
+def _waited(call: Any) -> float:
+    """A recorded reserve's long-poll window, in seconds (0 for a short poll)."""
+    wait = call.request.wait_timeout
+    return 0.0 if not wait else float(wait.total_seconds())
+
+
+async def test_failing_reserves_make_the_worker_unready_and_the_recovery_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server gone for 7.5 s: /readyz stays 200 for ``unready_after`` (5 s) from the
+    first failed reserve, then 503 until a reserve works again (it used to stay 200 for the
+    whole outage); the first reserve after a failure is a short poll, so the recovery shows
+    at once, in one INFO line."""
+    outage = True
+    probe = Probe()
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.reject["reserve"] = lambda request: unavailable() if outage else None
+        worker = Worker(client, [QUEUE], wait=5.0, reserve_error_backoff=1.0)
+        worker.handle("t", probe.handler())
+        with caplog.at_level(logging.INFO, "sepp_anyio.worker"):
+            async with running(worker):
+                await spy.wait_for("reserve", 1, ok=False)
+                began = anyio.current_time()
+                assert worker.readiness()
+                await anyio.sleep_until(began + 4.5)
+                assert worker.readiness()  # failing for 4.5 s: not yet
+                await anyio.sleep_until(began + 5.5)
+                assert not worker.readiness()
+                await anyio.sleep_until(began + 7.5)
+                assert not worker.readiness()
+                # Failures at +0, +1, ..., +7 (a reserve each reserve_error_backoff).
+                assert len(spy.of("reserve", ok=False)) == 8
+                outage = False
+                [recovered] = await spy.wait_for("reserve", 1)
+                assert recovered.at == pytest.approx(began + 8.0)
+                assert worker.readiness()
+                # The short poll that found the server back, then long polls as before.
+                await spy.wait_until(lambda: len(spy.of("reserve")) == 10)
+                await enqueue(client)
+                await probe.wait_starts(1)
+                assert worker.readiness()
+        reserves = spy.of("reserve")
+        assert [_waited(c) for c in reserves[:10]] == [5.0] + [0.0] * 8 + [5.0]
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if "again" in r.getMessage()]
+    assert messages == [
+        (
+            logging.INFO,
+            f"worker {worker.worker_id} reserving from {QUEUE} again after 8 failed attempts"
+            " over 8.0s",
+        )
+    ]
+
+
+async def test_a_short_outage_keeps_the_worker_ready_and_unready_after_is_its_setting() -> None:
+    failures = 2
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.fail("reserve", *(unavailable() for _ in range(failures)))
+        worker = Worker(client, [QUEUE], wait=5.0, reserve_error_backoff=2.0, unready_after=3.5)
+        worker.handle("t", Probe().handler())
+        async with running(worker):
+            await spy.wait_for("reserve", 1, ok=False)
+            began = anyio.current_time()
+            await anyio.sleep_until(began + 3.4)
+            assert worker.readiness()
+            # The second failure was at +2; the third reserve, at +4, works: never 3.5 s.
+            await spy.wait_for("reserve", 1)
+            assert anyio.current_time() == pytest.approx(began + 4.0)
+            assert worker.readiness()
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.fail("reserve", *(unavailable() for _ in range(failures)))
+        worker = Worker(client, [QUEUE], wait=5.0, reserve_error_backoff=2.0, unready_after=1.0)
+        worker.handle("t", Probe().handler())
+        async with running(worker):
+            await spy.wait_for("reserve", 1, ok=False)
+            began = anyio.current_time()
+            await anyio.sleep_until(began + 1.5)
+            assert not worker.readiness()
+            await spy.wait_for("reserve", 1)
+            assert worker.readiness()

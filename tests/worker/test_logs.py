@@ -8,8 +8,10 @@ import logging
 
 import anyio
 import pytest
+from grpclib.const import Status
 
 from sepp_anyio import Client, EnqueueAck, EnqueueRequest, HandlerError, JobCtx, Payload, Worker
+from sepp_anyio.server import EngineError
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import QUEUE, EngineSpy, Probe, running
@@ -75,27 +77,40 @@ async def test_the_last_attempt_says_dead_lettered_not_retrying(
 
 
 @pytest.mark.parametrize(
-    ("error", "expected"),
+    ("error", "level", "expected"),
     [
-        (HandlerError.permanent("nope"), "handler asked to dead-letter the job (nope)"),
+        (
+            HandlerError.permanent("nope"),
+            logging.WARNING,
+            "nacked; dead-lettered: handler asked to dead-letter the job (nope)",
+        ),
         (
             HandlerError.retry("busy"),
-            "handler asked to retry the job (busy); retrying under the queue's retry policy",
+            logging.INFO,
+            "nacked for retry: handler asked to retry the job (busy); retrying under the "
+            "queue's retry policy",
         ),
         (
             HandlerError.retry_after("rate limited", 7.5),
-            "handler asked to retry the job in 7.5s (rate limited); retrying in 7.5s",
+            logging.INFO,
+            "nacked for retry: handler asked to retry the job in 7.5s (rate limited); "
+            "retrying in 7.5s",
         ),
         (
             HandlerError("", None),
-            "handler asked to retry the job (no reason given); retrying under the queue's "
-            "retry policy",
+            logging.INFO,
+            "nacked for retry: handler asked to retry the job (no reason given); retrying "
+            "under the queue's retry policy",
         ),
     ],
+    ids=["dead-letter", "retry", "retry-after", "no-reason"],
 )
-async def test_a_handler_error_reads_as_english(
-    error: HandlerError, expected: str, caplog: pytest.LogCaptureFixture
+async def test_a_handler_error_is_one_line_in_english(
+    error: HandlerError, level: int, expected: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """What the handler asked for and what became of the nack, in one line (it was two
+    INFO lines per retry: "handler asked to retry", then "nacked for retry")."""
+
     async def fails(payload: Payload | None, ctx: JobCtx) -> None:
         raise error
 
@@ -107,9 +122,62 @@ async def test_a_handler_error_reads_as_english(
         with caplog.at_level(logging.INFO, "sepp_anyio.worker"):
             async with running(worker):
                 await spy.wait_for("nack")
-        lines = _lines(caplog, job_id)
-        assert f"job {job_id} (t, attempt 1/3): {expected}" in lines, lines
-        assert not [line for line in lines if "asked for" in line], lines
+        records = [r for r in caplog.records if job_id in r.getMessage()]
+        assert [(r.levelno, r.getMessage()) for r in records] == [
+            (level, f"job {job_id} (t, attempt 1/3): {expected}")
+        ]
+
+
+async def test_a_handler_error_on_the_last_attempt_is_one_dead_letter_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fails(payload: Payload | None, ctx: JobCtx) -> None:
+        raise HandlerError.retry_after("busy", 5)
+
+    async with open_in_memory_client(storage=RETAIN) as (client, engine):
+        spy = EngineSpy(engine)
+        worker = Worker(client, [QUEUE])
+        worker.handle("t", fails)
+        job_id = await _enqueue(client, "any", max_attempts=1)
+        with caplog.at_level(logging.INFO, "sepp_anyio.worker"):
+            async with running(worker):
+                await spy.wait_for("nack")
+        records = [r for r in caplog.records if job_id in r.getMessage()]
+        assert [(r.levelno, r.getMessage()) for r in records] == [
+            (
+                logging.WARNING,
+                f"job {job_id} (t, attempt 1/1): nacked; dead-lettered: handler asked to retry"
+                " the job in 5s (busy); that was its last attempt (1/1), so it will be"
+                " dead-lettered",
+            )
+        ]
+
+
+async def test_a_failed_nack_still_says_what_the_handler_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fails(payload: Payload | None, ctx: JobCtx) -> None:
+        raise HandlerError.retry("busy")
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.fail("nack", EngineError(Status.NOT_FOUND, "no such job"))
+        worker = Worker(client, [QUEUE])
+        worker.handle("t", fails)
+        job_id = await _enqueue(client, "any", max_attempts=3)
+        with caplog.at_level(logging.INFO, "sepp_anyio.worker"):
+            async with running(worker):
+                await spy.wait_for("nack", ok=False)
+        # run() returned: the job's settle, and its log line, are over.
+        assert worker.statistics().settle_errors == 1
+        records = [r for r in caplog.records if job_id in r.getMessage()]
+        assert [r.levelno for r in records] == [logging.ERROR], records
+        message = records[0].getMessage()
+        expected = (
+            f"job {job_id} (t, attempt 1/3): could not nack (handler asked to retry the job"
+            " (busy)): job not found;"
+        )
+        assert message.startswith(expected), message
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from sepp_anyio import UnauthenticatedError, UnknownQueuesError, Worker
+from sepp_anyio import Lane, UnauthenticatedError, UnknownQueuesError, Worker
 from sepp_anyio.server import ApiKey, AuthConfig, QueueConfig
 from sepp_anyio.testing import open_in_memory_client
 
@@ -43,6 +43,39 @@ async def test_a_refused_api_key_makes_run_raise_at_once(key: str | None) -> Non
         assert len(spy.calls) == 0  # refused before the engine (auth comes first)
         stats = worker.statistics()
         assert (stats.reserves, stats.reserve_errors) == (1, 1)
+
+
+ITERATIONS = 20
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 5])
+async def test_every_lane_refused_is_one_error_whatever_the_number_of_lanes(lanes: int) -> None:
+    """Each lane's first reserve is refused; ``run()`` raises one ``UnauthenticatedError``,
+    not an exception group of one per lane: the first refusal ends the run, the others are
+    suppressed. (With two lanes it used to be a group about half the time: whether the
+    second lane's refusal arrived before the first one's cancelled it.)"""
+    async with open_in_memory_client(api_key="wrong", **KEYED) as (client, _):
+        for iteration in range(ITERATIONS):
+            worker = Worker(client, [Lane([f"q{lane}"]) for lane in range(lanes)])
+            worker.handle("t", Probe().handler())
+            with anyio.fail_after(10), pytest.raises(UnauthenticatedError) as info:
+                await worker.run()
+            assert info.value.status_message == "invalid API key", iteration
+            stats = worker.statistics()
+            assert stats.reserve_errors >= 1 and stats.processed == 0
+
+
+async def test_lanes_refused_for_different_reasons_raise_the_first_refusal() -> None:
+    """A lane on an undeclared queue and lanes whose reserves would pass: the one refusal
+    comes out as itself and the other lanes are cancelled."""
+    async with open_in_memory_client(**STRICT) as (client, _):
+        for _iteration in range(ITERATIONS):
+            worker = Worker(
+                client, [Lane(["declared"]), Lane(["undeclared"]), Lane(["also-undeclared"])]
+            )
+            worker.handle("t", Probe().handler())
+            with anyio.fail_after(60), pytest.raises(UnknownQueuesError):
+                await worker.run()
 
 
 async def test_an_undeclared_queue_of_a_strict_server_makes_run_raise_at_once() -> None:

@@ -9,6 +9,7 @@ starts its own (``ServerProcess``) with dead-letter retention on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -271,6 +272,26 @@ async def test_a_worker_with_a_refused_key_raises_instead_of_retrying(
         assert worker.statistics().reserves == 1
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 5])
+async def test_a_worker_of_many_lanes_with_a_wrong_key_raises_one_error(
+    guarded_server: ServerThread, lanes: int
+) -> None:
+    """Over a real connection, where the lanes' refusals arrive in whatever order the
+    network gives: always one ``UnauthenticatedError`` (it used to be an exception group of
+    one per lane about half the time)."""
+    async with sepp_anyio.connect(guarded_server.address, api_key="wrong") as client:
+        for iteration in range(20):
+            worker = Worker(client, [sepp_anyio.Lane([f"q{n}"]) for n in range(lanes)])
+
+            @worker.handler("t")
+            async def never_called(payload: Payload | None, ctx: JobCtx) -> None:
+                raise AssertionError("no job can be reserved")
+
+            with anyio.fail_after(10), pytest.raises(sepp_anyio.UnauthenticatedError):
+                await worker.run()
+            assert 1 <= worker.statistics().reserves <= lanes, iteration
+
+
 async def test_a_worker_on_an_undeclared_queue_of_a_strict_server_raises(
     guarded_server: ServerThread,
 ) -> None:
@@ -299,3 +320,67 @@ async def test_a_worker_on_an_undeclared_queue_of_a_strict_server_raises(
             async with fixed:
                 await done.wait()
         assert fixed.statistics().processed == 1
+
+
+class _WorkerLog(logging.Handler):
+    """The worker's log records as they come, with an event per record (emitted on the
+    event loop's thread, by the worker itself)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+        self._changed = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def matching(self, text: str) -> list[logging.LogRecord]:
+        return [r for r in self.records if text in r.getMessage()]
+
+    async def wait_for(self, text: str, count: int = 1) -> list[logging.LogRecord]:
+        with anyio.fail_after(20):
+            while len(self.matching(text)) < count:
+                await self._changed.wait()
+        return self.matching(text)
+
+
+async def test_a_server_gone_makes_the_worker_unready_and_its_return_is_logged_once() -> None:
+    """The server stopped (connections refused), then started again on the same port: not
+    ready once the reserves have failed for ``unready_after``, ready again with one INFO
+    line as soon as a reserve works (it stayed ready through the whole outage and said
+    nothing when it came back)."""
+    log = _WorkerLog()
+    worker_logger = logging.getLogger("sepp_anyio.worker")
+    worker_logger.addHandler(log)
+    level = worker_logger.level
+    worker_logger.setLevel(logging.INFO)
+    server = ServerThread(ServerConfig())
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        async with sepp_anyio.connect(server.address) as client:
+            worker = Worker(client, ["q"], wait=2.0, reserve_error_backoff=0.2, unready_after=0.5)
+            worker.handle("t", lambda payload, ctx: None)
+            async with anyio.create_task_group() as tg:
+                await tg.start(worker.run)
+                assert worker.readiness()
+                await anyio.to_thread.run_sync(server.stop)
+                # The 4th failure comes at least 3 backoffs (0.6 s) after the 1st.
+                await log.wait_for("reserve failed", 4)
+                assert not worker.readiness()
+                server = ServerThread(ServerConfig(), port=server.port)
+                await anyio.to_thread.run_sync(server.start)
+                [again] = await log.wait_for("again after")
+                assert worker.readiness()
+                worker.shutdown()
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+        worker_logger.removeHandler(log)
+        worker_logger.setLevel(level)
+    assert again.levelno == logging.INFO
+    failed = len(log.matching("reserve failed"))
+    assert again.getMessage().startswith(
+        f"worker {worker.worker_id} reserving from q again after {failed} failed attempts over"
+    ), again.getMessage()
+    assert len(log.matching("again after")) == 1

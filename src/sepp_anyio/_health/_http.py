@@ -19,6 +19,7 @@ unread input and all: a client still sending a large body may see a reset rather
 
 from __future__ import annotations
 
+import http
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,10 +96,21 @@ async def _respond(
     ]
     if close:
         headers.append(("connection", "close"))
-    await _send(conn, stream, h11.Response(status_code=reply.status, headers=headers))
+    # The status line's reason phrase ("200 OK"): optional in HTTP/1.1, but a status line
+    # without one ("HTTP/1.1 200 ") trips some probes and reads as broken in a capture.
+    response = h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
+    await _send(conn, stream, response)
     if reply.body and not head:
         await _send(conn, stream, h11.Data(data=reply.body))
     await _send(conn, stream, h11.EndOfMessage())
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase of ``status`` (``b"OK"`` for 200), empty if it has none."""
+    try:
+        return http.HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
 
 
 def _head_size(request: h11.Request) -> int:

@@ -5,7 +5,10 @@ The probes' rules:
 
 * **ready** from the moment the worker is reserving until the first shutdown signal; not
   before ``run()`` (setup may still be running) and not while draining, so a load balancer
-  or Kubernetes stops counting on a worker that is going away;
+  or Kubernetes stops counting on a worker that is going away; and not while a lane's
+  reserves have been failing for ``unready_after`` seconds or more (the server gone,
+  unreachable, refusing the key), counted from the first failure of the streak, until one
+  succeeds again;
 * **live** while every reserve loop is alive: inside a reserve (for at most ``wait`` +
   ``margin``), waiting for free capacity (a worker whose slots are all busy is healthy), or
   past its last reserve by at most ``wait`` + ``margin``. Also live before ``run()`` and
@@ -26,11 +29,15 @@ import anyio
 from ._metrics import MetricsRegistry
 from ._worker_metrics import WorkerMetrics
 
-__all__ = ["DEFAULT_MARGIN", "HealthSource", "LaneProbe", "WorkerHealth"]
+__all__ = ["DEFAULT_MARGIN", "DEFAULT_UNREADY_AFTER", "HealthSource", "LaneProbe", "WorkerHealth"]
 
 #: Slack on top of ``wait`` before a reserve loop counts as stuck: the client's own reserve
 #: deadline is ``wait`` + 10 s, so a healthy loop is always back within this.
 DEFAULT_MARGIN = 15.0
+#: Seconds of failing reserves before the worker is not ready: long enough that one failed
+#: reserve and its retry (a server restart, a dropped connection) do not flap the probe,
+#: short enough that an outage shows within a probe period or two.
+DEFAULT_UNREADY_AFTER = 5.0
 
 
 class HealthSource(Protocol):
@@ -57,16 +64,21 @@ _BETWEEN = "between reserves"
 
 
 class LaneProbe:
-    """The state of one reserve loop, reported by the loop itself (three attribute writes
-    per reserve; ``now`` is ``anyio.current_time()``, which the loop reads anyway)."""
+    """The state of one reserve loop, reported by the loop itself (a few attribute writes
+    per reserve; ``now`` is ``anyio.current_time()``, which the loop reads anyway), and
+    its streak of failed reserves, if one is on (for readiness)."""
 
-    __slots__ = ("_limit", "_phase", "_since", "name")
+    __slots__ = ("_failing_since", "_failures", "_limit", "_phase", "_since", "name")
 
     def __init__(self, name: str, limit: float) -> None:
         self.name = name
         self._limit = limit
         self._phase = _STARTING
         self._since = 0.0
+        # The streak of failed reserves: when its first one failed (None: no streak), and
+        # how many failed.
+        self._failing_since: float | None = None
+        self._failures = 0
 
     def reserving(self, now: float) -> None:
         """A reserve call starts."""
@@ -80,8 +92,34 @@ class LaneProbe:
         """A reserve returned (or failed); the loop hands out jobs or backs off."""
         self._phase, self._since = _BETWEEN, now
 
+    def reserve_failed(self, now: float) -> None:
+        """A reserve failed (any error); the first of a streak starts its clock."""
+        if self._failing_since is None:
+            self._failing_since = now
+        self._failures += 1
+
+    def reserve_succeeded(self, now: float) -> tuple[int, float] | None:
+        """A reserve succeeded: ends the streak of failures, if any, and returns its count
+        and how long it lasted (from its first failure to ``now``), for the log."""
+        since = self._failing_since
+        if since is None:
+            return None
+        failures, self._failing_since, self._failures = self._failures, None, 0
+        return failures, now - since
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last reserve failed (a streak is on)."""
+        return self._failing_since is not None
+
+    def failing_for(self, now: float) -> float:
+        """How long the reserves have been failing at ``now`` (0 when they are not)."""
+        since = self._failing_since
+        return 0.0 if since is None else now - since
+
     def _restart(self, now: float) -> None:
         self._phase, self._since = _STARTING, now
+        self._failing_since, self._failures = None, 0
 
     def liveness(self, now: float) -> tuple[bool, str]:
         """Alive, and the loop's state in words."""
@@ -105,6 +143,8 @@ class WorkerHealth:
     Args:
         wait: the reserve loops' long-poll window (``Worker(wait=...)``).
         margin: slack on top of ``wait`` (see the module docs).
+        unready_after: seconds of failing reserves in a lane before the worker is not
+            ready (``Worker(unready_after=...)``; 0: at the first failure).
         metrics: the worker metrics to serve; new ones by default.
 
     The worker calls :meth:`lane` once per reserve loop, :meth:`mark_started` when it is
@@ -112,17 +152,23 @@ class WorkerHealth:
     :meth:`mark_stopped` when ``run()`` returns; the loops report through their probes.
     """
 
-    __slots__ = ("_lanes", "_limit", "_state", "worker_metrics")
+    __slots__ = ("_lanes", "_limit", "_state", "_unready_after", "worker_metrics")
 
     def __init__(
-        self, *, wait: float, margin: float = DEFAULT_MARGIN, metrics: WorkerMetrics | None = None
+        self,
+        *,
+        wait: float,
+        margin: float = DEFAULT_MARGIN,
+        unready_after: float = DEFAULT_UNREADY_AFTER,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
-        for value, label in ((wait, "wait"), (margin, "margin")):
+        for value, label in ((wait, "wait"), (margin, "margin"), (unready_after, "unready_after")):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise TypeError(f"{label} must be a number of seconds, got {value!r}")
             if not value >= 0 or value == float("inf"):
                 raise ValueError(f"{label} must be a finite number of seconds >= 0, got {value!r}")
         self._limit = float(wait) + float(margin)
+        self._unready_after = float(unready_after)
         self._lanes: dict[str, LaneProbe] = {}
         self._state = "created"
         self.worker_metrics = metrics if metrics is not None else WorkerMetrics()
@@ -159,7 +205,18 @@ class WorkerHealth:
         self._state = "stopped"
 
     def readiness(self) -> bool:
-        return self._state == "running"
+        if self._state != "running":
+            return False
+        if not any(probe.failing for probe in self._lanes.values()):
+            return True  # the usual case: no clock to read (callable outside an event loop)
+        return self.ready_at(anyio.current_time())
+
+    def ready_at(self, now: float) -> bool:
+        """Whether the worker is ready at ``now`` (``anyio.current_time()``; see the module
+        docs): running, and no lane's reserves failing for ``unready_after`` or more."""
+        if self._state != "running":
+            return False
+        return all(probe.failing_for(now) < self._unready_after for probe in self._lanes.values())
 
     def liveness(self, now: float) -> tuple[bool, str]:
         state = self._state
