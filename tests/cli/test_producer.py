@@ -139,7 +139,11 @@ def test_enqueue_bad_input_is_one_line_and_exit_2(extra: tuple[str, ...], needle
 
 
 def test_enqueue_bad_queue_name_and_missing_required(tmp_path: Path) -> None:
-    assert_one_line_error(run_cli("enqueue", "-q", "a/b", "-t", "t"), 2, "queue must not contain")
+    assert_one_line_error(
+        run_cli("enqueue", "-q", "a/b", "-t", "t"),
+        2,
+        "argument --queue/-q: queue name must not contain '/', got 'a/b'",
+    )
     assert_one_line_error(run_cli("enqueue", "-t", "t"), 2, "--queue/-q")
     empty = tmp_path / "empty.bin"
     empty.write_bytes(b"")
@@ -245,7 +249,7 @@ def test_dlq_drain_requeue(server: ServerProcess, queue: str) -> None:
         ((), "the following arguments are required: ACTION"),
         (("purge",), "invalid choice: 'purge'"),
         (("drain", "--max", "0"), "argument --max: must be >= 1"),
-        (("drain", "--queue", ""), "--queue must not be empty"),
+        (("drain", "--queue", ""), "argument --queue/-q: must not be empty (leave out --queue"),
     ],
 )
 def test_dlq_bad_input(args: tuple[str, ...], needle: str) -> None:
