@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import sys
 import traceback
 from collections.abc import Iterator
@@ -82,9 +83,18 @@ def _event_loop_call(exc: BaseException) -> str | None:
         caller: TracebackType | None = None
         for tb in _frames(error.__traceback__):
             if tb.tb_frame.f_code in runs:
+                _close_unstarted(tb)
                 return _where(caller) if caller is not None else "at import"
             caller = tb
     return None
+
+
+def _close_unstarted(tb: TracebackType) -> None:
+    """Close the coroutine a refused ``asyncio.run(main())`` was given: it never started,
+    and would print "coroutine 'main' was never awaited" at exit, after the error line."""
+    for value in tb.tb_frame.f_locals.values():
+        if inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == "CORO_CREATED":
+            value.close()
 
 
 def _in_library(tb: TracebackType) -> bool:
@@ -135,7 +145,7 @@ def import_target_module(spec: str, module_name: str, directory: str) -> ModuleT
         if call is not None:
             raise CliError(
                 f"TARGET {spec!r}: importing {module_name!r} starts an event loop ({call}: "
-                "anyio.run() or asyncio.run() at import time), which would run that "
+                "anyio.run(), asyncio.run() or trio.run() at import time), which would run that "
                 "module's own program, not this command's worker: put the call under "
                 f'"{_GUARD}" so that importing the module only defines things',
                 EXIT_USAGE,
