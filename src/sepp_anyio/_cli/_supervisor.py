@@ -1,7 +1,9 @@
 """``sepp-anyio worker --workers N`` (and ``--max-jobs-per-child``, ``--reload``): a
 supervisor of worker processes.
 
-The supervisor runs no worker itself. It starts N children, each ``python -m sepp_anyio
+The supervisor runs no worker itself, whatever N (``--workers 1`` is one supervised child,
+restarted when it crashes; without ``--workers``, ``--max-jobs-per-child`` and
+``--reload`` the command's own process is the worker, unsupervised). It starts N children, each ``python -m sepp_anyio
 worker`` with the very same command line (so each has its own connection and event loop),
 told apart by the environment variable :data:`CHILD_ENV` = its number, 1 to N. A child
 reads it (:func:`child_number`) and then
@@ -96,7 +98,8 @@ def add_process_options(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="run N worker processes under a supervisor that forwards signals and "
-        "restarts crashed ones (default: one process, no supervisor)",
+        "restarts crashed ones (--workers 1: one supervised process; default: this "
+        "process is the worker, with no supervisor)",
     )
     group.add_argument(
         "--max-jobs-per-child",
@@ -154,7 +157,9 @@ def wants_supervisor(args: argparse.Namespace) -> bool:
     """Whether the command line asks for a supervisor (and this is not one of its children)."""
     if child_number() is not None:
         return False
-    return bool((args.workers or 1) > 1 or args.max_jobs_per_child or args.reload)
+    # --workers 1 given explicitly is one supervised child (restarted when it crashes);
+    # only without --workers (and the two options below) is the worker this process.
+    return bool(args.workers is not None or args.max_jobs_per_child or args.reload)
 
 
 def _status(returncode: int) -> int:

@@ -129,8 +129,8 @@ fail transiently are retried up to 3 times (never in a way that duplicates a job
 the server refuses before any reserve succeeded (a missing or wrong API key, an undeclared
 queue on a strict server) exits with status 1.
 
---health-port serves /livez, /readyz and /metrics. --workers N, --max-jobs-per-child K and
---reload run a supervisor of worker processes: it forwards both signals to every child,
+--health-port serves /livez, /readyz and /metrics. --workers N (1 too), --max-jobs-per-child
+K and --reload run a supervisor of worker processes: it forwards both signals to every child,
 restarts a crashed child with a backoff, replaces a child that took its K jobs (drained),
 drains and replaces the child when a Python file under --path changes (--reload), and
 exits 0 when every child drained cleanly after the signal, else with the first non-zero
