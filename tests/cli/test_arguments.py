@@ -10,9 +10,12 @@ before the user's code runs (and before a supervisor starts any child).
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+
+from sepp_anyio.server import ServerProcess
 
 from ._util import assert_one_line_error, closed_port, run_cli
 
@@ -58,6 +61,7 @@ def _worker(module_dir: Path, *args: str) -> tuple[str, ...]:
         # With a supervisor too: it starts no child for a command line that cannot work.
         (("-q", "emails/eu", "--workers", "2"), "argument --queue/-q: queue name must not"),
         (("-q", "a", "--workers", "1", "--address", MALFORMED), "--address"),
+        (("-q", "a", "--health-port", "0", "--health-host", ""), "--health-host must not be"),
     ],
 )
 def test_worker_options_are_checked_before_connecting(
@@ -132,3 +136,26 @@ def test_connection_options_are_checked_before_connecting(
     ca = run_cli(*args, "--tls-ca-cert", str(pem))
     assert_one_line_error(ca, 2, "--tls-ca-cert", "holds no usable PEM certificate")
     assert "imported" not in key.stderr + ca.stderr
+
+
+def test_a_health_port_that_is_taken_is_one_line(server: ServerProcess, module_dir: Path) -> None:
+    """It was a traceback (an OSError out of the task group)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(
+            *_worker(module_dir, "-q", "emails", "--address", server.address),
+            "--health-port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "the target module was imported", lines  # it runs, then fails
+    assert len(lines) == 2, lines
+    assert lines[1].startswith(
+        f"sepp-anyio worker: error: --health-host/--health-port: cannot listen on "
+        f"127.0.0.1:{port} ("
+    ), lines

@@ -79,6 +79,7 @@ from ._common import (
 from ._import import import_target_module, library_refusal
 from ._supervisor import (
     add_process_options,
+    check_health_host,
     child_number,
     supervise,
     supervisor_gone,
@@ -439,9 +440,19 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
 
                 if args.health_port is not None:
-                    port = await tg.start(
-                        functools.partial(serve_health, worker, args.health_host, args.health_port)
-                    )
+                    try:
+                        port = await tg.start(
+                            functools.partial(
+                                serve_health, worker, args.health_host, args.health_port
+                            )
+                        )
+                    except OSError as exc:  # the port is taken, say: one line, status 1
+                        raise CliError(
+                            f"--health-host/--health-port: cannot listen on "
+                            f"{args.health_host}:{args.health_port} "
+                            f"({exc.strerror or exc})",
+                            EXIT_FAILURE,
+                        ) from None
                     logger.info(
                         "health: http://%s:%d/livez, /readyz and /metrics",
                         args.health_host,
@@ -560,6 +571,7 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
         args.queues = [name for names in args.queues for name in names]
     try:
         check_connection_options(args)
+        check_health_host(args)
         if wants_supervisor(args):
             # The children load the target; the supervisor never imports user code.
             return supervise(argv, args)
