@@ -321,7 +321,7 @@ def _check_registry(spec: str, handlers: Mapping[Any, Any]) -> dict[str, Handler
             raise _bad(spec, f"registry key {job_type!r} is not a job type (a non-empty str)")
         try:
             check_handler(f"job type {job_type!r}", handler)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # HandlerSignatureError, or the like
             raise _bad(spec, str(exc)) from None
         checked[job_type] = handler
     return checked
