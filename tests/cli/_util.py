@@ -43,10 +43,19 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def retention_server(cwd: Path) -> ServerProcess:
-    """A reference server (memory) that keeps dead letters; the caller starts and stops it."""
+def retention_server(
+    cwd: Path, *, log_level: str = "ERROR", retention: bool = True
+) -> ServerProcess:
+    """A reference server (memory) that keeps dead letters (unless ``retention`` is
+    False); the caller starts and stops it."""
     return ServerProcess(
-        "--memory", "--port", "0", "--log-level", "ERROR", env=_env(RETENTION_ENV), cwd=cwd
+        "--memory",
+        "--port",
+        "0",
+        "--log-level",
+        log_level,
+        env=_env(RETENTION_ENV if retention else None),
+        cwd=cwd,
     )
 
 

@@ -17,6 +17,7 @@ from sepp_anyio.server import ServerProcess
 from ._util import (
     assert_one_line_error,
     closed_port,
+    retention_server,
     run_cli,
     run_cli_into_closed_pipe,
     with_client,
@@ -139,7 +140,11 @@ def test_enqueue_bad_input_is_one_line_and_exit_2(extra: tuple[str, ...], needle
 
 
 def test_enqueue_bad_queue_name_and_missing_required(tmp_path: Path) -> None:
-    assert_one_line_error(run_cli("enqueue", "-q", "a/b", "-t", "t"), 2, "queue must not contain")
+    assert_one_line_error(
+        run_cli("enqueue", "-q", "a/b", "-t", "t"),
+        2,
+        "argument --queue/-q: queue name must not contain '/', got 'a/b'",
+    )
     assert_one_line_error(run_cli("enqueue", "-t", "t"), 2, "--queue/-q")
     empty = tmp_path / "empty.bin"
     empty.write_bytes(b"")
@@ -245,7 +250,7 @@ def test_dlq_drain_requeue(server: ServerProcess, queue: str) -> None:
         ((), "the following arguments are required: ACTION"),
         (("purge",), "invalid choice: 'purge'"),
         (("drain", "--max", "0"), "argument --max: must be >= 1"),
-        (("drain", "--queue", ""), "--queue must not be empty"),
+        (("drain", "--queue", ""), "argument --queue/-q: must not be empty (leave out --queue"),
     ],
 )
 def test_dlq_bad_input(args: tuple[str, ...], needle: str) -> None:
@@ -338,6 +343,29 @@ def test_dlq_drain_against_a_server_without_retention_says_so(tmp_path: Path) ->
     )
     assert server.address in line
     assert "drained 0" not in result.stdout
+
+
+@pytest.mark.parametrize("retention", [True, False], ids=["retention", "no-retention"])
+def test_an_empty_dlq_drain_is_no_warning_of_the_server(tmp_path: Path, retention: bool) -> None:
+    """The server logged "WARNING ... drained 0 dead-letter record(s)" for every drain
+    that found nothing (a new user's first `dlq drain`); removing records stays a
+    warning, since it is destructive."""
+    queue = "empty-dlq"
+    with retention_server(tmp_path, log_level="INFO", retention=retention) as server:
+        result = run_cli("dlq", "drain", "-q", queue, "-a", server.address)
+        line = server.wait_for_line(rf"drained 0 dead-letter record\(s\) from queue '{queue}'")
+        assert " INFO " in line and "WARNING" not in line, line
+        if retention:
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.strip() == f"drained 0 dead letter(s) from queue '{queue}'"
+            assert result.stderr == ""
+            _dead_letters(server, queue, 1)
+            assert run_cli("dlq", "drain", "-q", queue, "-a", server.address).returncode == 0
+            line = server.wait_for_line(r"drained 1 dead-letter record\(s\) from queue")
+            assert " WARNING " in line, line
+        else:  # still explained, on the command's side
+            assert_one_line_error(result, 1, "keeps no dead letters", "--dead-letter-retention")
+            assert " WARNING " not in server.output, server.output
 
 
 def test_dlq_drain_requeue_json_prints_the_new_job_ids(server: ServerProcess, queue: str) -> None:

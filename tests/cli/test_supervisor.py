@@ -39,7 +39,13 @@ async def crash(payload, ctx):
     print(f"crashing {ctx.id}", file=sys.stderr, flush=True)
     os._exit(3)
 
-handlers = {"work": work, "forever": forever, "crash": crash}
+async def crash_once(payload, ctx):
+    if ctx.attempt == 1:
+        print(f"crashing {ctx.id}", file=sys.stderr, flush=True)
+        os._exit(3)
+    print(f"finished {ctx.id} on attempt {ctx.attempt}", file=sys.stderr, flush=True)
+
+handlers = {"work": work, "forever": forever, "crash": crash, "crash_once": crash_once}
 """
 
 
@@ -116,6 +122,37 @@ def test_a_crashed_child_is_restarted_and_the_crash_does_not_set_the_status(
         sup.wait_for(rf"ready: worker c-{number.group(1)} ", count=2)
         _kill(sup, signal.SIGINT)
         assert sup.wait() == 0, sup.output
+
+
+def test_workers_1_is_one_supervised_child_restarted_after_a_crash(
+    server: ServerProcess, jobs_dir: Path, queue: str
+) -> None:
+    """``--workers 1`` used to run the worker in the command's own process: the crash
+    ended the command with status 3."""
+    args = ("--workers", "1", "--worker-id", "one", "--lease", "1")
+    with _worker_cli(server, jobs_dir, queue, *args) as sup:
+        sup.wait_for(r"supervisor \(pid \d+\): 1 worker process\(es\)")
+        sup.wait_for(r"ready: worker one-1 reserving")
+        [job_id] = _enqueue(server, queue, "crash_once")
+        sup.wait_for(f"crashing {job_id}")
+        sup.wait_for(r"supervisor: child 1 \(pid \d+\) crashed with status 3 after [\d.]+s; ")
+        # The replacement takes the job again once the crashed child's 1 s lease is over.
+        sup.wait_for(r"ready: worker one-1 reserving", count=2)
+        sup.wait_for(f"finished {job_id} on attempt 2")
+        _kill(sup, signal.SIGTERM)
+        assert sup.wait() == 0, sup.output
+    assert "supervisor: SIGTERM received; forwarding it to the children (drain)" in sup.output
+
+
+def test_without_workers_the_command_is_the_worker_and_a_crash_ends_it(
+    server: ServerProcess, jobs_dir: Path, queue: str
+) -> None:
+    with _worker_cli(server, jobs_dir, queue, "--lease", "1") as worker:
+        worker.wait_for(r"ready: worker \S+ reserving")
+        [job_id] = _enqueue(server, queue, "crash_once")
+        assert worker.wait() == 3, worker.output
+    assert f"crashing {job_id}" in worker.output
+    assert "supervisor" not in worker.output
 
 
 def test_the_second_signal_is_forwarded_and_the_status_is_the_childs(

@@ -227,7 +227,7 @@ def test_other_target_shapes(
         ("user_jobs:handlers", ("--queue", "q", "--address", "ftp://x"), "unsupported scheme"),
         ("user_jobs:handlers", ("--queue", "q", "--tls-ca-cert", "/no/ca.pem"), "cannot read"),
         ("user_jobs:handlers", (), "--queue is required"),
-        ("user_jobs:handlers", ("--queue", "a,,b"), "--queue is required"),
+        ("user_jobs:handlers", ("--queue", "a,,b"), "--queue/-q: a queue name must not be empty"),
         (
             "user_jobs:bad_signature",
             ("--queue", "q"),

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sepp_anyio import InvalidArgumentError
 from sepp_anyio._transport._target import Target, parse_target
 
 
@@ -18,6 +19,10 @@ from sepp_anyio._transport._target import Target, parse_target
         ("[::1]:8080", Target("::1", 8080, tls=False)),
         ("https://[::1]", Target("::1", 50051, tls=True)),
         ("::1", Target("::1", 50051, tls=False)),
+        ("2001:db8::1", Target("2001:db8::1", 50051, tls=False)),
+        ("[2001:db8::1:80]", Target("2001:db8::1:80", 50051, tls=False)),
+        ("fe80::1%eth0", Target("fe80::1%eth0", 50051, tls=False)),
+        ("[fe80::1%eth0]:9", Target("fe80::1%eth0", 9, tls=False)),
     ],
 )
 def test_parse_target_forms(text: str, expected: Target) -> None:
@@ -39,6 +44,34 @@ def test_parse_target_forms(text: str, expected: Target) -> None:
 def test_parse_target_rejects(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_target(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # It used to be taken for an IPv6 host: "cannot connect to [127.0.0.1:50051:9]:50051".
+        ("127.0.0.1:50051:9", "'127.0.0.1:50051:9' is malformed: expected host, host:port"),
+        ("localhost:50051:", "is malformed"),
+        ("http://h:1:2", "is malformed"),
+        ("1:2:3", "is malformed"),
+        # A valid address, and also ::1 with a port: which one was meant is not known.
+        ("::1:8080", r"is ambiguous: write \[::1\]:8080 .* or \[::1:8080\]"),
+        ("[sepp.example]:80", "'sepp.example' in brackets is not an IPv6 address"),
+        ("[127.0.0.1]:80", "in brackets is not an IPv6 address"),
+        ("h:", "the port after ':' is empty"),
+        ("[::1]:", "the port after ':' is empty"),
+        ("a host:1", "contains spaces or control characters"),
+    ],
+)
+def test_malformed_addresses_are_refused_naming_the_forms(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message) as caught:
+        parse_target(text, name="--address")
+    assert str(caught.value).startswith(f"--address {text!r}")
+
+
+def test_the_errors_name_the_target_by_default() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^target '127.0.0.1:1:2' is malformed"):
+        parse_target("127.0.0.1:1:2")
 
 
 @given(

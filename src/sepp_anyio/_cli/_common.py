@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -31,10 +32,17 @@ from typing import Final, NoReturn
 import anyio
 
 from .._client import Client
-from .._connect import connect
-from .._model._checks import seconds_problem
-from .._model._errors import ConnectError, JobRejectedError, SeppError, UnauthenticatedError
+from .._connect import check_api_key, connect
+from .._model._checks import Minimum, check_queue_name, check_str, seconds_problem
+from .._model._errors import (
+    ConnectError,
+    InvalidArgumentError,
+    JobRejectedError,
+    SeppError,
+    UnauthenticatedError,
+)
 from .._model._retries import RetryPolicy
+from .._transport._target import parse_target
 
 __all__ = [
     "BACKENDS",
@@ -48,15 +56,20 @@ __all__ = [
     "add_connection_options",
     "add_log_level_option",
     "check_backend",
+    "check_connection_options",
     "configure_logging",
     "describe",
     "error_line",
     "leaf",
+    "lease_seconds",
+    "nonempty_text",
     "nonnegative_seconds",
     "open_client",
     "parse",
     "positive_int",
     "positive_seconds",
+    "queue_name",
+    "queue_names",
     "run_async",
     "stdout_closed",
     "table",
@@ -113,12 +126,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str, *, positive: bool) -> float:
+def _seconds(text: str, minimum: Minimum) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    problem = seconds_problem(value, "positive" if positive else "zero")
+    problem = seconds_problem(value, minimum)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{problem}, not {text}")
     return value
@@ -126,12 +139,52 @@ def _seconds(text: str, *, positive: bool) -> float:
 
 def positive_seconds(text: str) -> float:
     """argparse type: finite seconds > 0."""
-    return _seconds(text, positive=True)
+    return _seconds(text, "positive")
 
 
 def nonnegative_seconds(text: str) -> float:
     """argparse type: finite seconds >= 0."""
-    return _seconds(text, positive=False)
+    return _seconds(text, "zero")
+
+
+def lease_seconds(text: str) -> float:
+    """argparse type: finite seconds >= 0.001 (a duration sent to the server, which counts
+    whole milliseconds: a lease)."""
+    return _seconds(text, "millisecond")
+
+
+# The argument types below apply the library's own rules (``_model._checks``), so that
+# the command refuses, before connecting, exactly what the client or the worker would
+# refuse after; argparse names the option in front of the rule's phrase.
+
+
+def _refused(exc: ValueError | TypeError) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(str(exc))
+
+
+def queue_name(value: str) -> str:
+    """argparse type: one queue name the server accepts (no '/', not '.' or '..', ...)."""
+    try:
+        return check_queue_name(value, "queue name")
+    except (InvalidArgumentError, TypeError) as exc:
+        raise _refused(exc) from None
+
+
+def queue_names(value: str) -> list[str]:
+    """argparse type: queue names separated by commas (``emails,reports``), each one a
+    :func:`queue_name`; none may be empty."""
+    names = [name.strip() for name in value.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"a queue name must not be empty, got {value!r}")
+    return [queue_name(name) for name in names]
+
+
+def nonempty_text(value: str) -> str:
+    """argparse type: a non-empty string the protocol can carry (UTF-8)."""
+    try:
+        return check_str(value, "the value")
+    except (InvalidArgumentError, TypeError) as exc:
+        raise _refused(exc) from None
 
 
 # --------------------------------------------------------------------------- shared options
@@ -244,6 +297,40 @@ def _read_ca(path: str) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CliError(f"--tls-ca-cert: cannot read {path!r}: {reason}", EXIT_USAGE) from None
+
+
+def check_connection_options(args: argparse.Namespace) -> None:
+    """Check the connection options before anything else happens (no I/O but reading the
+    ``--tls-ca-cert`` file), by the rules ``connect`` applies.
+
+    Raises:
+        CliError: status 2, naming the option: a malformed ``--address`` (or
+            ``$SEPP_ADDR``), an ``--api-key`` a header cannot carry, a ``--tls-ca-cert``
+            that cannot be read or holds no certificate, an empty ``--tls-server-name``.
+    """
+    try:
+        parse_target(args.address, name="--address")
+    except InvalidArgumentError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if args.api_key is not None:
+        try:
+            check_api_key(args.api_key)
+        except InvalidArgumentError as exc:
+            raise CliError(f"--api-key (or $SEPP_API_KEY): {exc}", EXIT_USAGE) from None
+    if args.tls_server_name is not None and not args.tls_server_name.strip():
+        raise CliError("--tls-server-name must not be empty", EXIT_USAGE)
+    if args.tls_ca_cert is not None:
+        pem = _read_ca(args.tls_ca_cert)
+        try:
+            # What connect() does with it; an unusable file would fail there as an
+            # ssl.SSLError, a traceback rather than an error line.
+            ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=pem)
+        except (ssl.SSLError, ValueError) as exc:
+            raise CliError(
+                f"--tls-ca-cert: {args.tls_ca_cert!r} holds no usable PEM certificate "
+                f"({getattr(exc, 'reason', None) or exc})",
+                EXIT_USAGE,
+            ) from None
 
 
 def open_client(

@@ -32,13 +32,15 @@ from ._common import (
     add_backend_option,
     add_connection_options,
     add_log_level_option,
+    check_connection_options,
     configure_logging,
     error_line,
     open_client,
     parse,
     run_async,
 )
-from ._worker import _import, _module_for_path, _signal_receiver, logger
+from ._import import import_target_module
+from ._worker import _module_for_path, _signal_receiver, logger
 
 __all__ = ["build_parser", "load_crons", "main"]
 
@@ -80,9 +82,14 @@ def build_parser(prog: str) -> Parser:
 def load_crons(spec: str, path: str = ".") -> list[Cron[Any]]:
     """Import ``module:attribute`` and check that it is a Cron or a list of them.
 
+    Call it inside the command's event loop (see ``_import``: a module that starts an
+    event loop when imported is reported as such).
+
     Raises:
         CliError: status 2 for a malformed, missing or unusable target (or two crons of
-            one name); status 1 when importing the module raised.
+            one name, a module that starts an event loop when imported, or whose import
+            the library refuses an argument of: a bad cron expression); status 1 when
+            importing the module raised otherwise.
     """
 
     def bad(message: str) -> CliError:
@@ -98,7 +105,7 @@ def load_crons(spec: str, path: str = ".") -> list[Cron[Any]]:
     directory = os.path.abspath(path)
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    obj = _import(spec, module_name, directory)
+    obj: Any = import_target_module(spec, module_name, directory)
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)
@@ -150,12 +157,13 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio cron") -> int:
         return args
     configure_logging(args.log_level)
     try:
-        crons = load_crons(args.target, args.path)
+        check_connection_options(args)
     except CliError as exc:
         error_line(prog, exc.message)
         return exc.code
 
     async def serve() -> int:
-        return await _serve(crons, args)
+        # Imported in the loop (see _import), before connecting.
+        return await _serve(load_crons(args.target, args.path), args)
 
     return run_async(prog, serve, backend=args.backend)

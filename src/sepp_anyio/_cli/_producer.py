@@ -31,13 +31,16 @@ from ._common import (
     Parser,
     add_connection_options,
     add_log_level_option,
+    check_connection_options,
     configure_logging,
     describe,
     error_line,
+    nonempty_text,
     nonnegative_seconds,
     open_client,
     parse,
     positive_int,
+    queue_name,
     run_async,
     table,
 )
@@ -93,9 +96,15 @@ def enqueue_parser(prog: str) -> Parser:
         f"  {prog} -q reports -t monthly --priority 9 --delay 60 --idempotency-key 2024-05",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--queue", "-q", required=True, help="the queue")
+    parser.add_argument("--queue", "-q", required=True, type=queue_name, help="the queue")
     parser.add_argument(
-        "--type", "-t", required=True, dest="job_type", metavar="TYPE", help="the job type"
+        "--type",
+        "-t",
+        required=True,
+        type=nonempty_text,
+        dest="job_type",
+        metavar="TYPE",
+        help="the job type",
     )
     payload = parser.add_argument_group("payload (optional; at most one of these)")
     source = payload.add_mutually_exclusive_group()
@@ -126,6 +135,7 @@ def enqueue_parser(prog: str) -> Parser:
     options.add_argument(
         "--idempotency-key",
         "-k",
+        type=nonempty_text,
         metavar="KEY",
         help="a resend with the same key within the server's window is deduplicated",
     )
@@ -189,6 +199,28 @@ def _payload(args: argparse.Namespace) -> Payload | None:
     return None
 
 
+#: The options of the request's fields, for the errors of the request's own checks (their
+#: messages start with the field's name).
+_FIELD_OPTIONS = {
+    "queue": "--queue",
+    "job_type": "--type",
+    "idempotency_key": "--idempotency-key",
+    "priority": "--priority",
+    "max_attempts": "--max-attempts",
+    "custom": "--custom",
+    "delay": "--delay",
+}
+
+
+def _naming_the_option(message: str) -> str:
+    field, space, rest = message.partition(" ")
+    base = field.split("[", 1)[0]  # custom['key'] ...
+    option = _FIELD_OPTIONS.get(base)
+    if option is None or not space:
+        return message
+    return f"{option}{field[len(base) :]} {rest}"
+
+
 def _request(args: argparse.Namespace) -> EnqueueRequest:
     try:
         return EnqueueRequest(
@@ -202,7 +234,7 @@ def _request(args: argparse.Namespace) -> EnqueueRequest:
             delay=args.delay,
         )
     except (TypeError, ValueError) as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise CliError(_naming_the_option(str(exc)), EXIT_USAGE) from None
 
 
 def enqueue_main(argv: Sequence[str], *, prog: str = "sepp-anyio enqueue") -> int:
@@ -212,6 +244,7 @@ def enqueue_main(argv: Sequence[str], *, prog: str = "sepp-anyio enqueue") -> in
         return args
     configure_logging(args.log_level)
     try:
+        check_connection_options(args)
         request = _request(args)
     except CliError as exc:
         error_line(prog, exc.message)
@@ -264,6 +297,11 @@ def info_main(argv: Sequence[str], *, prog: str = "sepp-anyio info") -> int:
     if isinstance(args, int):
         return args
     configure_logging(args.log_level)
+    try:
+        check_connection_options(args)
+    except CliError as exc:
+        error_line(prog, exc.message)
+        return exc.code
 
     async def info() -> int:
         async with open_client(args, retry=_RETRY) as client:
@@ -310,6 +348,12 @@ def info_main(argv: Sequence[str], *, prog: str = "sepp-anyio info") -> int:
 # --------------------------------------------------------------------------- dlq drain
 
 
+def _dlq_queue(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (leave out --queue for every queue)")
+    return queue_name(text)
+
+
 def dlq_parser(prog: str) -> Parser:
     """The ``dlq`` subcommand's argument parser (one action so far: ``drain``)."""
     parser = Parser(prog=prog, description="Work with the server's dead letters.")
@@ -323,7 +367,9 @@ def dlq_parser(prog: str) -> Parser:
         "--requeue, the printed records are all that is left of the jobs (--json prints "
         "them whole, payloads included).",
     )
-    drain.add_argument("--queue", "-q", help="only this queue (default: every queue)")
+    drain.add_argument(
+        "--queue", "-q", type=_dlq_queue, help="only this queue (default: every queue)"
+    )
     drain.add_argument(
         "--max",
         type=positive_int,
@@ -539,10 +585,11 @@ def dlq_main(argv: Sequence[str], *, prog: str = "sepp-anyio dlq") -> int:
     if isinstance(args, int):
         return args
     configure_logging(args.log_level)
-    if args.queue is not None and not args.queue:
-        error_line(prog, "--queue must not be empty (leave it out for every queue)")
-        return EXIT_USAGE
-
+    try:
+        check_connection_options(args)
+    except CliError as exc:
+        error_line(prog, exc.message)
+        return exc.code
     args.prog = prog
 
     async def drain() -> int:

@@ -1,10 +1,12 @@
 """``sepp-anyio worker --workers N`` (and ``--max-jobs-per-child``, ``--reload``): a
 supervisor of worker processes.
 
-The supervisor runs no worker itself. It starts N children, each ``python -m sepp_anyio
-worker`` with the very same command line (so each has its own connection and event loop),
-told apart by the environment variable :data:`CHILD_ENV` = its number, 1 to N. A child
-reads it (:func:`child_number`) and then
+The supervisor runs no worker itself, whatever N (``--workers 1`` is one supervised child,
+restarted when it crashes; without ``--workers``, ``--max-jobs-per-child`` and
+``--reload`` the command's own process is the worker, unsupervised). It starts N
+children, each ``python -m sepp_anyio worker`` with the very same command line (so each
+has its own connection and event loop), told apart by the environment variable
+:data:`CHILD_ENV` = its number, 1 to N. A child reads it (:func:`child_number`) and then
 
 * uses ``ID-<n>`` as its worker id when ``--worker-id ID`` was given,
 * serves its health endpoint on ``PORT + n - 1`` when ``--health-port PORT`` was given
@@ -43,6 +45,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -57,6 +60,7 @@ __all__ = [
     "CHILD_ENV",
     "Supervisor",
     "add_process_options",
+    "check_health_host",
     "child_number",
     "supervise",
     "supervisor_gone",
@@ -96,7 +100,8 @@ def add_process_options(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="run N worker processes under a supervisor that forwards signals and "
-        "restarts crashed ones (default: one process, no supervisor)",
+        "restarts crashed ones (--workers 1: one supervised process; default: this "
+        "process is the worker, with no supervisor)",
     )
     group.add_argument(
         "--max-jobs-per-child",
@@ -121,6 +126,28 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
     return value
+
+
+def check_health_host(args: argparse.Namespace) -> None:
+    """With ``--health-port``, check that ``--health-host`` is an address to listen on
+    (an IP address, or a name that resolves): before connecting, rather than as a
+    traceback once the worker runs.
+
+    Raises:
+        CliError: status 2, naming the option.
+    """
+    if args.health_port is None:
+        return
+    host = args.health_host
+    if not host or not host.strip():
+        raise CliError("--health-host must not be empty", EXIT_USAGE)
+    try:
+        socket.getaddrinfo(host, args.health_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise CliError(
+            f"--health-host {host!r} is not an address to listen on ({reason})", EXIT_USAGE
+        ) from None
 
 
 def child_number() -> int | None:
@@ -154,7 +181,9 @@ def wants_supervisor(args: argparse.Namespace) -> bool:
     """Whether the command line asks for a supervisor (and this is not one of its children)."""
     if child_number() is not None:
         return False
-    return bool((args.workers or 1) > 1 or args.max_jobs_per_child or args.reload)
+    # --workers 1 given explicitly is one supervised child (restarted when it crashes);
+    # only without --workers (and the two options below) is the worker this process.
+    return bool(args.workers is not None or args.max_jobs_per_child or args.reload)
 
 
 def _status(returncode: int) -> int:

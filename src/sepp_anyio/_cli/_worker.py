@@ -35,13 +35,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib
 import inspect
 import logging
 import os
 import signal
 import sys
-import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
@@ -65,17 +63,23 @@ from ._common import (
     add_backend_option,
     add_connection_options,
     add_log_level_option,
+    check_connection_options,
     configure_logging,
     error_line,
+    lease_seconds,
+    nonempty_text,
     nonnegative_seconds,
     open_client,
     parse,
     positive_int,
     positive_seconds,
+    queue_names,
     run_async,
 )
+from ._import import import_target_module, library_refusal
 from ._supervisor import (
     add_process_options,
+    check_health_host,
     child_number,
     supervise,
     supervisor_gone,
@@ -126,8 +130,8 @@ fail transiently are retried up to 3 times (never in a way that duplicates a job
 the server refuses before any reserve succeeded (a missing or wrong API key, an undeclared
 queue on a strict server) exits with status 1.
 
---health-port serves /livez, /readyz and /metrics. --workers N, --max-jobs-per-child K and
---reload run a supervisor of worker processes: it forwards both signals to every child,
+--health-port serves /livez, /readyz and /metrics. --workers N (1 too), --max-jobs-per-child
+K and --reload run a supervisor of worker processes: it forwards both signals to every child,
 restarts a crashed child with a backoff, replaces a child that took its K jobs (drained),
 drains and replaces the child when a Python file under --path changes (--reload), and
 exits 0 when every child drained cleanly after the signal, else with the first non-zero
@@ -161,13 +165,14 @@ def build_parser(prog: str) -> Parser:
         "--queue",
         "-q",
         action="append",
+        type=queue_names,
         dest="queues",
         metavar="QUEUE",
         help="queue to reserve from; repeat or separate with commas, in priority order",
     )
     worker.add_argument(
         "--lease",
-        type=positive_seconds,
+        type=lease_seconds,
         metavar="SECONDS",
         help="lease asked for at reserve and at each extension (default: 30)",
     )
@@ -222,6 +227,7 @@ def build_parser(prog: str) -> Parser:
     )
     worker.add_argument(
         "--worker-id",
+        type=nonempty_text,
         metavar="ID",
         help="id sent with every call (default: <host>-<pid>-<random>)",
     )
@@ -247,34 +253,17 @@ def _bad(spec: str, message: str) -> CliError:
     return CliError(f"TARGET {spec!r}: {message}", EXIT_USAGE)
 
 
-def _import(spec: str, module_name: str, directory: str) -> Any:
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise _bad(
-                spec, f"no module named {missing!r} (searched {directory} and sys.path)"
-            ) from None
-        raise _imported_code_failed(spec, module_name, exc) from None
-    except Exception as exc:  # the user's module itself raised: show where
-        raise _imported_code_failed(spec, module_name, exc) from None
-
-
-def _imported_code_failed(spec: str, module_name: str, exc: BaseException) -> CliError:
-    traceback.print_exception(exc, file=sys.stderr)
-    return CliError(
-        f"TARGET {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}",
-        EXIT_FAILURE,
-    )
-
-
 def load_target(spec: str, path: str = ".") -> Target:
     """Import ``module:attribute`` and classify it (see the module docstring).
 
+    Call it inside the command's event loop, which lets the import tell a module that
+    runs an event loop of its own at import time (see ``_import``).
+
     Raises:
-        CliError: status 2 for a malformed, missing or unusable target; status 1 when
-            importing the module raised (its traceback is printed first).
+        CliError: status 2 for a malformed, missing or unusable target (a module that
+            starts an event loop when imported, or whose import the library refuses an
+            argument of); status 1 when importing the module raised otherwise (its
+            traceback is printed first).
     """
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name.strip() or not attribute.strip():
@@ -285,7 +274,7 @@ def load_target(spec: str, path: str = ".") -> Target:
     directory = os.path.abspath(path)
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    obj = _import(spec, module_name.strip(), directory)
+    obj: Any = import_target_module(spec, module_name.strip(), directory)
     for part in attribute.strip().split("."):
         try:
             obj = getattr(obj, part)
@@ -332,7 +321,7 @@ def _check_registry(spec: str, handlers: Mapping[Any, Any]) -> dict[str, Handler
             raise _bad(spec, f"registry key {job_type!r} is not a job type (a non-empty str)")
         try:
             check_handler(f"job type {job_type!r}", handler)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # HandlerSignatureError, or the like
             raise _bad(spec, str(exc)) from None
         checked[job_type] = handler
     return checked
@@ -399,13 +388,20 @@ async def _built_worker(
 
 @contextlib.contextmanager
 def _registration_errors(target: Target) -> Iterator[None]:
-    """A handler the factory registered that cannot work is a usage error (one line)."""
+    """A handler the factory registered that cannot work, or any argument of the factory's
+    that the library refuses (a bad queue name, a Cron expression, a typed task's handler
+    of the wrong shape), is a usage error: one line, with the place in the factory."""
     try:
         yield
     except HandlerSignatureError as exc:
         raise _bad(
             target.spec, f"the factory registered a handler that cannot work: {exc}"
         ) from None
+    except (ValueError, TypeError) as exc:
+        refusal = library_refusal(exc)
+        if refusal is None:
+            raise  # the factory's own code failed: its traceback helps
+        raise _bad(target.spec, f"the factory failed: {refusal}") from None
 
 
 def _check_made(target: Target, made: object) -> Worker:
@@ -444,9 +440,19 @@ async def _serve(target: Target, args: argparse.Namespace) -> int:
                     tg.cancel_scope.cancel()  # drained: stop watching for signals
 
                 if args.health_port is not None:
-                    port = await tg.start(
-                        functools.partial(serve_health, worker, args.health_host, args.health_port)
-                    )
+                    try:
+                        port = await tg.start(
+                            functools.partial(
+                                serve_health, worker, args.health_host, args.health_port
+                            )
+                        )
+                    except OSError as exc:  # the port is taken, say: one line, status 1
+                        raise CliError(
+                            f"--health-host/--health-port: cannot listen on "
+                            f"{args.health_host}:{args.health_port} "
+                            f"({exc.strerror or exc})",
+                            EXIT_FAILURE,
+                        ) from None
                     logger.info(
                         "health: http://%s:%d/livez, /readyz and /metrics",
                         args.health_host,
@@ -535,14 +541,37 @@ def _refusals_explained(worker: Worker) -> Iterator[None]:
         ) from None
 
 
+def _check_target_and_options(target: Target, args: argparse.Namespace) -> None:
+    """The options that depend on what TARGET is (usage errors, before connecting)."""
+    if target.factory is not None:
+        given = [flag for dest, flag in _WORKER_OPTIONS if getattr(args, dest) is not None]
+        if given:
+            raise _bad(
+                args.target,
+                f"is a factory, which builds its own Worker: leave out {', '.join(given)} "
+                "(the worker options are for a handler registry)",
+            )
+    elif not args.queues:
+        raise CliError("--queue is required with a handler registry", EXIT_USAGE)
+
+
 def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
-    """Run the ``worker`` subcommand; return the exit status."""
+    """Run the ``worker`` subcommand; return the exit status.
+
+    Every option is checked before anything else happens (usage errors: one line, status
+    2; the supervisor starts no child then). A child, or the command without a
+    supervisor, then imports TARGET inside its event loop and only then connects.
+    """
     parser = build_parser(prog)
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
     configure_logging(args.log_level)
+    if args.queues is not None:  # --queue a,b --queue c: one list, in priority order
+        args.queues = [name for names in args.queues for name in names]
     try:
+        check_connection_options(args)
+        check_health_host(args)
         if wants_supervisor(args):
             # The children load the target; the supervisor never imports user code.
             return supervise(argv, args)
@@ -552,23 +581,6 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
                 args.worker_id = f"{args.worker_id}-{number}"
             if args.health_port:
                 args.health_port += number - 1
-        target = load_target(args.target, args.path)
-        if target.factory is not None:
-            given = [flag for dest, flag in _WORKER_OPTIONS if getattr(args, dest) is not None]
-            if given:
-                raise _bad(
-                    args.target,
-                    f"is a factory, which builds its own Worker: leave out {', '.join(given)} "
-                    "(the worker options are for a handler registry)",
-                )
-        else:
-            queues = [q.strip() for item in args.queues or () for q in item.split(",")]
-            if not any(queues) or not all(queues):
-                raise CliError(
-                    "--queue is required with a handler registry (and no name may be empty)",
-                    EXIT_USAGE,
-                )
-            args.queues = queues
     except CliError as exc:
         error_line(prog, exc.message)
         return exc.code
@@ -576,6 +588,10 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio worker") -> int:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
     async def serve() -> int:
+        # Imported in the loop, so that a module running a loop of its own at import
+        # time fails at once, and is reported as such (see _import).
+        target = load_target(args.target, args.path)
+        _check_target_and_options(target, args)
         return await _serve(target, args)
 
     return run_async(prog, serve, backend=args.backend)

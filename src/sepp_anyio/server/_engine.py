@@ -734,7 +734,10 @@ class Engine(anyio.AsyncContextManagerMixin):
         ch = Changes()
         records = self._state.drain(request.queue, max_records, self._boot.storage.sweep_limit, ch)
         await self._commit(ch)
-        logger.warning(
+        # Removing records is destructive, worth a warning; finding none is not (a dlq
+        # drain of an empty dead-letter store, or of a server that keeps none).
+        logger.log(
+            logging.WARNING if records else logging.INFO,
             "drained %d dead-letter record(s) from %s",
             len(records),
             "all queues" if request.queue is None else f"queue {request.queue!r}",
