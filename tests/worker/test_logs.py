@@ -8,9 +8,17 @@ import logging
 
 import anyio
 import pytest
-from grpclib.const import Status
 
-from sepp_anyio import Client, EnqueueAck, EnqueueRequest, HandlerError, JobCtx, Payload, Worker
+from sepp_anyio import (
+    Client,
+    EnqueueAck,
+    EnqueueRequest,
+    HandlerError,
+    JobCtx,
+    Payload,
+    StatusCode,
+    Worker,
+)
 from sepp_anyio.server import EngineError
 from sepp_anyio.testing import open_in_memory_client
 
@@ -161,7 +169,7 @@ async def test_a_failed_nack_still_says_what_the_handler_asked(
 
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
-        spy.fail("nack", EngineError(Status.NOT_FOUND, "no such job"))
+        spy.fail("nack", EngineError(StatusCode.NOT_FOUND, "no such job"))
         worker = Worker(client, [QUEUE])
         worker.handle("t", fails)
         job_id = await _enqueue(client, "any", max_attempts=3)
