@@ -106,9 +106,8 @@ def run_client(kind: str, port: int, calls: int) -> dict[str, float]:
 
         return asyncio.run(theirs())
     if kind == "grpcio-aio":
-        from sepp.v1 import queue_pb2, queue_pb2_grpc
-
         import grpc
+        from sepp.v1 import queue_pb2, queue_pb2_grpc
 
         async def grpcio() -> dict[str, float]:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

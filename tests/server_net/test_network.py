@@ -14,9 +14,9 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import grpc
 import pytest
 
-import grpc
 import sepp_anyio as sepp
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import (
