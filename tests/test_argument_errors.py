@@ -7,6 +7,8 @@ catches it, and so does ``except ValueError`` (or ``TypeError``), as before.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -332,3 +334,38 @@ def test_the_argument_errors_are_in_the_tree() -> None:
     # Still what they were.
     assert issubclass(sepp.EmptyBatchError, sepp.ClientError)
     assert issubclass(sepp.InvalidApiKeyError, sepp.ClientError)
+
+
+@pytest.mark.parametrize("delay", [1e12, 1e300, 100 * 365.25 * 86400.0 + 1])
+def test_a_delay_beyond_a_hundred_years_is_refused_before_sending(delay: float) -> None:
+    """Far enough out, the send time plus the delay does not fit a datetime: refused at
+    construction, naming the limit (it was an OverflowError while sending)."""
+    with pytest.raises(sepp.InvalidArgumentError, match=r"delay must be at most 3155760000"):
+        sepp.EnqueueRequest("q", "t", delay=delay)
+    assert sepp.EnqueueRequest("q", "t", delay=100 * 365.25 * 86400.0).delay
+
+
+def test_enqueue_with_a_huge_delay_is_one_line_and_status_2() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sepp_anyio",
+            "enqueue",
+            "-q",
+            "q",
+            "-t",
+            "t",
+            "--delay",
+            "1e12",
+            "--address",
+            "127.0.0.1:9",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "delay must be at most" in done.stderr

@@ -58,6 +58,7 @@ def _worker(module_dir: Path, *args: str) -> tuple[str, ...]:
         (("-q", "a\x01b"), "argument --queue/-q: queue name must not contain control"),
         (("-q", "a", "--lease", "0.0001"), "argument --lease: must be at least 0.001 seconds"),
         (("-q", "a", "--worker-id", ""), "argument --worker-id: the value must not be empty"),
+        (("-q", "a", "--unready-after", "-1"), "argument --unready-after: must be"),
         # With a supervisor too: it starts no child for a command line that cannot work.
         (("-q", "emails/eu", "--workers", "2"), "argument --queue/-q: queue name must not"),
         (("-q", "a", "--workers", "1", "--address", MALFORMED), "--address"),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 import sepp_anyio as sepp
 from sepp_anyio.server import ServerProcess
 
-from ._util import CliProcess, with_client
+from ._util import CliProcess, retention_server, with_client
 
 #: Real processes (a supervisor and its children, each starting Python): seconds each.
 pytestmark = pytest.mark.slow
@@ -250,3 +252,41 @@ def test_health_port_serves_the_probes_of_a_worker_process(
             assert b'sepp_jobs_in_flight{lane="default"} 0' in response.read()
         _kill(worker, signal.SIGTERM)
         assert worker.wait() == 0, worker.output
+
+
+def _readyz(base: str) -> int:
+    try:
+        with urllib.request.urlopen(base + "/readyz", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_unready_after_turns_readyz_503_once_the_server_is_gone(
+    tmp_path: Path, jobs_dir: Path, queue: str
+) -> None:
+    """``--unready-after 0``: the first failed reserve after the server went away turns
+    ``/readyz`` to 503 (the default waits 5 s of failures; the Worker's own tests check
+    that on virtual time)."""
+    server = retention_server(tmp_path)
+    server.start()
+    try:
+        with _worker_cli(
+            server, jobs_dir, queue, "--health-port", "0", "--unready-after", "0"
+        ) as worker:
+            worker.wait_for(r"ready: worker \S+ reserving")
+            found = re.search(r"health: http://127.0.0.1:(\d+)/livez", worker.output)
+            assert found is not None
+            base = f"http://127.0.0.1:{found.group(1)}"
+            assert _readyz(base) == 200
+            server.stop()
+            # The worker's reserve (a 1 s long poll) fails once the server is gone; each
+            # look is an HTTP request to the worker process, bounded in count and time.
+            deadline = time.monotonic() + 30
+            while _readyz(base) != 503:
+                assert time.monotonic() < deadline, worker.output
+                time.sleep(0.1)
+            _kill(worker, signal.SIGTERM)
+            assert worker.wait() == 0, worker.output
+    finally:
+        server.stop()

@@ -52,6 +52,7 @@ import anyio.abc
 from .. import _lifespan
 from .._client import Client
 from .._health import serve_health
+from .._health._source import DEFAULT_UNREADY_AFTER
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._retries import RetryPolicy
 from .._worker import Handler, HandlerSignatureError, Worker, check_handler
@@ -105,6 +106,7 @@ _WORKER_OPTIONS = (
     ("job_timeout", "--job-timeout"),
     ("max_lease_time", "--max-lease-time"),
     ("drain_timeout", "--drain-timeout"),
+    ("unready_after", "--unready-after"),
     ("worker_id", "--worker-id"),
 )
 
@@ -224,6 +226,13 @@ def build_parser(prog: str) -> Parser:
         metavar="SECONDS",
         help="at shutdown, cancel handlers still running after this long and retry their "
         "jobs at once (default: wait for all)",
+    )
+    worker.add_argument(
+        "--unready-after",
+        type=nonnegative_seconds,
+        metavar="SECONDS",
+        help="/readyz turns 503 once the reserves have kept failing this long (the server "
+        "gone or refusing), until one succeeds again (default: 5)",
     )
     worker.add_argument(
         "--worker-id",
@@ -359,6 +368,9 @@ async def _built_worker(
             job_timeout=args.job_timeout,
             max_lease_time=args.max_lease_time,
             drain_timeout=args.drain_timeout,
+            unready_after=(
+                DEFAULT_UNREADY_AFTER if args.unready_after is None else args.unready_after
+            ),
         )
         for job_type, handler in target.handlers.items():
             worker.handle(job_type, handler)

@@ -31,6 +31,10 @@ __all__ = ["CustomValue", "EnqueueAck", "EnqueueRequest"]
 CustomValue: TypeAlias = str | int | float | bool
 
 
+#: The longest ``delay`` an :class:`EnqueueRequest` takes, in seconds: 100 years.
+MAX_DELAY = 100 * 365.25 * 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueRequest:
     """One job to enqueue. Only ``queue`` and ``job_type`` are required.
@@ -51,8 +55,8 @@ class EnqueueRequest:
       or ``bool`` values; copied, so later changes to your mapping do not leak in;
     * ``scheduled_at``: ``None`` or a datetime (naive means UTC; a past time runs at once;
       a time before 1970 is not sent);
-    * ``delay``: ``None`` or finite seconds >= 0, counted from when the request is sent;
-      mutually exclusive with ``scheduled_at``.
+    * ``delay``: ``None`` or finite seconds from 0 to 100 years (3155760000),
+      counted from when the request is sent; mutually exclusive with ``scheduled_at``.
 
     Server-configured limits (name lengths, payload size, custom map size) are checked by
     the server and come back as a :class:`JobRejection`.
@@ -112,7 +116,14 @@ class EnqueueRequest:
                 scheduled_at = scheduled_at.replace(tzinfo=UTC)
             object.__setattr__(self, "scheduled_at", check_aware(scheduled_at, "scheduled_at"))
         if self.delay is not None:
-            object.__setattr__(self, "delay", check_seconds(self.delay, "delay"))
+            delay = check_seconds(self.delay, "delay")
+            if delay > MAX_DELAY:
+                # Beyond this, the send time plus the delay may not fit a datetime (the
+                # year 9999): refused here, not as an OverflowError while sending.
+                raise InvalidArgumentError(
+                    f"delay must be at most {MAX_DELAY:.0f} seconds (100 years), got {delay:g}"
+                )
+            object.__setattr__(self, "delay", delay)
 
     @property
     def has_idempotency_key(self) -> bool:
