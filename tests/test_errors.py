@@ -359,10 +359,11 @@ def test_handler_error_can_be_raised_and_caught() -> None:
     assert info.value.directive.kind == "dead_letter"
 
 
-def test_error_from_status_accepts_grpclib_status_members() -> None:
-    err = error_from_status(grpclib.const.Status.NOT_FOUND, "gone", rpc="ack")  # type: ignore[arg-type]
-    assert isinstance(err, JobNotFoundError)
-    assert err.code is S.NOT_FOUND
+def test_error_from_status_takes_a_status_code_or_an_int() -> None:
+    for code in (S.NOT_FOUND, 5):
+        err = error_from_status(code, "gone", rpc="ack")
+        assert isinstance(err, JobNotFoundError)
+        assert err.code is S.NOT_FOUND
 
 
 # ---------------------------------------------------------------------------- message size

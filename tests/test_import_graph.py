@@ -277,3 +277,25 @@ def test_cycle_detection() -> None:
     assert cycles(ring) == [[a, b, c]]
     # A type-only edge closes no cycle at run time.
     assert cycles([*ring[:2], Edge(c, a, 1, True)]) == []
+
+
+#: The hand-written modules that may import grpclib: the adapter that presents our channel
+#: to the generated stubs (the stubs themselves, under ``_proto``, are not parsed here).
+GRPCLIB_ADAPTERS = frozenset({f"{PACKAGE}._transport._channel"})
+
+
+def test_grpclib_is_imported_only_by_the_stubs_adapter() -> None:
+    """grpclib is the generated stubs' language, not ours: every other module speaks
+    ``_grpc`` (``GrpcError``, ``StatusCode``)."""
+    importers: set[str] = set()
+    for name, path in _modules(SRC).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            else:
+                continue
+            if any(t == "grpclib" or t.startswith("grpclib.") for t in targets):
+                importers.add(name)
+    assert importers == GRPCLIB_ADAPTERS

@@ -23,10 +23,9 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
-from grpclib.const import Cardinality
-from grpclib.exceptions import GRPCError
 
 from . import _otel
+from ._grpc import GrpcError, MalformedReplyError
 from ._model._checks import (
     check_count,
     check_queue_name,
@@ -55,7 +54,7 @@ from ._model._server_info import ServerInfo
 from ._model._trace import TraceContext
 from ._proto.sepp import v1 as pb
 from ._retry import retry_delay
-from ._transport._malformed import MalformedReplyError
+from ._transport import UNARY_UNARY
 from ._wire import _convert
 from ._wire._codec import ElementWise, encode
 
@@ -250,7 +249,7 @@ class Client:
             except MalformedReplyError as exc:
                 # Never retried: the same server would break the protocol the same way.
                 raise MalformedResponseError(f"{rpc}: {exc.message}") from None
-            except GRPCError as exc:
+            except GrpcError as exc:
                 # Raises the taxonomy error when this was the last try.
                 delay = retry_delay(rpc, exc, index, policy=policy, retry_codes=retry_codes)
             # An ordinary sleep: cancelling the caller cancels it.
@@ -266,7 +265,7 @@ class Client:
         async def call(request: Any, *, timeout: float, metadata: Any) -> Any:  # noqa: ASYNC109
             async with self._channel.request(
                 path,
-                Cardinality.UNARY_UNARY,
+                UNARY_UNARY,
                 type(request),
                 reply_type,
                 timeout=timeout,

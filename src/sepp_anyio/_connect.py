@@ -16,11 +16,10 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
 
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
-
 from ._client import Client
+from ._grpc import GrpcError
 from ._model._checks import check_seconds
+from ._model._error_root import StatusCode
 from ._model._errors import (
     ConnectError,
     InvalidApiKeyError,
@@ -219,9 +218,9 @@ class _Connector:
             await stack.enter_async_context(self._channel)
             try:
                 await self._channel.connect()
-            except GRPCError as exc:
-                reason = exc.message or exc.status.name
-                if exc.status is Status.DEADLINE_EXCEEDED:
+            except GrpcError as exc:
+                reason = exc.message or exc.code.name
+                if exc.code is StatusCode.DEADLINE_EXCEEDED:
                     reason = "timed out"
                 # Raised, not also logged: the caller decides how to report it (the CLI
                 # prints one line), and a log line as well would say it twice.

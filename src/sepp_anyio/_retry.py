@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from grpclib.exceptions import GRPCError
-
+from ._grpc import GrpcError
 from ._model._errors import error_from_status
 from ._model._retries import RetryPolicy
 from ._model._size_refusal import size_refusal
@@ -18,7 +17,7 @@ logger = logging.getLogger("sepp_anyio")
 
 def retry_delay(
     rpc: str,
-    exc: GRPCError,
+    exc: GrpcError,
     index: int,
     *,
     policy: RetryPolicy | None,
@@ -34,10 +33,10 @@ def retry_delay(
     retried): the same request would be refused again.
 
     Raises:
-        SeppError: the taxonomy error, when the call is not tried again (the grpclib
+        SeppError: the taxonomy error, when the call is not tried again (the transport's
             error is not chained, so it never reaches the caller).
     """
-    code = exc.status.value
+    code = exc.code.value
     if (
         policy is None
         or index + 1 >= policy.max_attempts
@@ -49,7 +48,7 @@ def retry_delay(
     logger.warning(
         "%s failed with %s (%s); retry %d of %d in %.3fs",
         rpc,
-        exc.status.name,
+        exc.code.name,
         exc.message or "no message",
         index + 1,
         policy.max_attempts - 1,

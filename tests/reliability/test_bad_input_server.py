@@ -32,14 +32,14 @@ from urllib.parse import unquote
 import anyio
 import anyio.from_thread
 import pytest
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sepp_anyio import StatusCode
+from sepp_anyio._grpc import GrpcError
 from sepp_anyio._proto.google.protobuf import Duration, Empty, Timestamp
 from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._transport import Channel
+from sepp_anyio._transport import UNARY_UNARY, Channel
 from sepp_anyio.server import ServerProcess
 from tests.support.servers import raw_grpc_call
 
@@ -57,10 +57,10 @@ REQUESTS: dict[str, tuple[type[Any], type[Any]]] = {
     "GetServerInfo": (pb.GetServerInfoRequest, pb.GetServerInfoResponse),
 }
 DOCUMENTED = {
-    Status.INVALID_ARGUMENT,
-    Status.NOT_FOUND,
-    Status.FAILED_PRECONDITION,
-    Status.OUT_OF_RANGE,
+    StatusCode.INVALID_ARGUMENT,
+    StatusCode.NOT_FOUND,
+    StatusCode.FAILED_PRECONDITION,
+    StatusCode.OUT_OF_RANGE,
 }
 DECODE_FAILURE = "failed to decode Protobuf message"
 
@@ -135,28 +135,28 @@ def channel(portal: anyio.from_thread.BlockingPortal, server: ServerProcess) -> 
         yield opened
 
 
-async def _call(channel: Channel, method: str, body: bytes) -> tuple[Status, str, bytes]:
-    stream = channel.request(SERVICE + method, Cardinality.UNARY_UNARY, Raw, Raw, timeout=10.0)
+async def _call(channel: Channel, method: str, body: bytes) -> tuple[StatusCode, str, bytes]:
+    stream = channel.request(SERVICE + method, UNARY_UNARY, Raw, Raw, timeout=10.0)
     try:
         async with stream:
             await stream.send_message(Raw(body), end=True)
             reply = await stream.recv_message()
             await stream.recv_trailing_metadata()
-    except GRPCError as exc:
-        return exc.status, exc.message or "", b""
+    except GrpcError as exc:
+        return exc.code, exc.message or "", b""
     assert isinstance(reply, Raw)
-    return Status.OK, "", reply.data
+    return StatusCode.OK, "", reply.data
 
 
 def call(
     portal: anyio.from_thread.BlockingPortal, channel: Channel, method: str, body: bytes
-) -> tuple[Status, str, Any]:
+) -> tuple[StatusCode, str, Any]:
     """Send ``body`` to ``method``; check the answer is acceptable; return it decoded."""
     status, message, data = portal.call(_call, channel, method, body)
-    if status is Status.OK:
+    if status is StatusCode.OK:
         return status, message, REQUESTS[method][1].FromString(data)
     assert status in DOCUMENTED or (
-        status is Status.INTERNAL and message.startswith(DECODE_FAILURE)
+        status is StatusCode.INTERNAL and message.startswith(DECODE_FAILURE)
     ), f"{method}: {status.name} {message!r} for {body[:200]!r}"
     return status, message, None
 
@@ -257,9 +257,9 @@ def test_generated_requests_get_documented_answers(
     method = data.draw(st.sampled_from(sorted(MESSAGES)), label="method")
     message = data.draw(MESSAGES[method], label="request")
     status, _, reply = call(portal, channel, method, bytes(message))
-    if method in ("Ack", "Nack", "Extend") and status is Status.OK:
+    if method in ("Ack", "Nack", "Extend") and status is StatusCode.OK:
         pytest.fail(f"{method} of a job nobody reserved succeeded: {message!r}")
-    if method == "EnqueueBatch" and status is Status.OK:
+    if method == "EnqueueBatch" and status is StatusCode.OK:
         assert len(reply.results) == len(message.jobs)
 
 
@@ -351,7 +351,7 @@ def test_invalid_utf8_in_a_string_field_is_a_decode_failure(
 ) -> None:
     method, message = INVALID_UTF8[field]
     status, message_text, _ = call(portal, channel, method, _with_invalid_utf8(message))
-    assert (status, message_text[: len(DECODE_FAILURE)]) == (Status.INTERNAL, DECODE_FAILURE)
+    assert (status, message_text[: len(DECODE_FAILURE)]) == (StatusCode.INTERNAL, DECODE_FAILURE)
 
 
 def test_an_oversized_message_is_out_of_range(
@@ -364,7 +364,7 @@ def test_an_oversized_message_is_out_of_range(
         ]
     )
     status, message, _ = call(portal, channel, "EnqueueBatch", bytes(big))
-    assert status is Status.OUT_OF_RANGE and "too large" in message
+    assert status is StatusCode.OUT_OF_RANGE and "too large" in message
 
 
 def test_a_huge_custom_map_is_rejected_per_job(
@@ -386,7 +386,7 @@ def test_a_huge_custom_map_is_rejected_per_job(
         ]
     )
     status, _, reply = call(portal, channel, "EnqueueBatch", bytes(request))
-    assert status is Status.OK
+    assert status is StatusCode.OK
     first, second, third, fine = reply.results
     assert first.rejection.custom_entries_too_many.actual == 20_000
     assert second.rejection.custom_key_too_long.actual == 1_000_000
@@ -400,13 +400,16 @@ def test_ten_thousand_queues_in_one_reserve(
     lease = timedelta(seconds=1)
     valid = pb.ReserveRequest(queues=[f"q{i}" for i in range(10_000)], lease_duration=lease)
     status, message, _ = call(portal, channel, "Reserve", bytes(valid))
-    assert (status, message) == (Status.INVALID_ARGUMENT, "reserve exceeds max_reserve_queues (32)")
+    assert (status, message) == (
+        StatusCode.INVALID_ARGUMENT,
+        "reserve exceeds max_reserve_queues (32)",
+    )
     # The same many, one of them invalid: the name check comes first.
     invalid = pb.ReserveRequest(
         queues=[*valid.queues[:5000], "a/b", *valid.queues[5000:]], lease_duration=lease
     )
     status, message, _ = call(portal, channel, "Reserve", bytes(invalid))
-    assert status is Status.INVALID_ARGUMENT and message.startswith("queues item")
+    assert status is StatusCode.INVALID_ARGUMENT and message.startswith("queues item")
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -468,7 +471,7 @@ def test_times_out_of_any_range(
 ) -> None:
     method, body = OUT_OF_RANGE_TIMES[case]
     status, _, reply = call(portal, channel, method, body)
-    if status is Status.OK:  # a time Python can hold after all: then a sane answer
+    if status is StatusCode.OK:  # a time Python can hold after all: then a sane answer
         assert method == "EnqueueBatch" and len(reply.results) == 1
 
 
@@ -505,7 +508,7 @@ def test_a_field_with_the_wrong_wire_type_is_a_decode_failure(
     or stored garbage.  Now such a request is undecodable, as in tonic."""
     method, body = WRONG_WIRE_TYPES[case]
     status, message, _ = call(portal, channel, method, body)
-    assert status is Status.INTERNAL and "wrong wire type" in message, (status, message)
+    assert status is StatusCode.INTERNAL and "wrong wire type" in message, (status, message)
 
 
 # ------------------------------------------------------------------ the gRPC layer
@@ -520,7 +523,7 @@ def test_a_deadline_that_is_already_over_is_deadline_exceeded(server: ServerProc
             server.address, "GetServerInfo", b"", metadata=[("grpc-timeout", timeout)]
         )
         assert response.trailers_only, response.events
-        assert dict(response.headers[0])["grpc-status"] == str(Status.DEADLINE_EXCEEDED.value)
+        assert dict(response.headers[0])["grpc-status"] == str(StatusCode.DEADLINE_EXCEEDED.value)
     response = raw_grpc_call(
         server.address, "GetServerInfo", b"", metadata=[("grpc-timeout", "5S")]
     )
@@ -549,7 +552,7 @@ def test_broken_grpc_framing(server: ServerProcess, body: bytes, expected: str) 
     the service logged with a traceback as unexpected failures ("internal error")."""
     response = _raw_body_call(server.address, "Ack", body)
     trailers = dict(response.headers[-1])
-    assert trailers.get("grpc-status") == str(Status.INTERNAL.value), response.headers
+    assert trailers.get("grpc-status") == str(StatusCode.INTERNAL.value), response.headers
     assert expected in unquote(trailers.get("grpc-message", "")), trailers
     # Still serving.
     assert raw_grpc_call(server.address, "GetServerInfo", b"").data
@@ -630,5 +633,5 @@ def test_an_announced_giant_is_refused_before_it_is_sent(server: ServerProcess) 
     body = b"\x00" + (2**32 - 1).to_bytes(4, "big") + b"z" * 16_000
     response = _raw_body_call(server.address, "EnqueueBatch", body, end_stream=False)
     [trailers] = response.headers
-    assert dict(trailers)["grpc-status"] == str(Status.OUT_OF_RANGE.value), trailers
+    assert dict(trailers)["grpc-status"] == str(StatusCode.OUT_OF_RANGE.value), trailers
     assert "found 4294967295 bytes" in dict(trailers)["grpc-message"]

@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import pytest
 import trustme
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
 from h2.settings import SettingCodes
 
+from sepp_anyio import StatusCode
+from sepp_anyio._grpc import GrpcError
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._transport import Channel, default_ssl_context
 from tests.support.servers import (
@@ -131,46 +131,46 @@ async def test_many_sequential_calls_share_one_connection(server: Server) -> Non
 
 async def test_error_status_and_message_from_trailers_only_response(server: Server) -> None:
     async with open_stub(server) as (_, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(
                 pb.AckRequest(job_id="x", attempt=1),
                 metadata=action("fail:NOT_FOUND:job not found"),
             )
-    assert caught.value.status is Status.NOT_FOUND
+    assert caught.value.code is StatusCode.NOT_FOUND
     assert caught.value.message == "job not found"
 
 
 async def test_non_ascii_status_message_is_percent_decoded(server: Server) -> None:
     text = "fail:INVALID_ARGUMENT:queue “café” is 100% full"
     async with open_stub(server) as (_, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(
                 pb.AckRequest(job_id="x", attempt=1),
                 metadata=[("x-test-action-bin", text.encode())],
             )
-    assert caught.value.status is Status.INVALID_ARGUMENT
+    assert caught.value.code is StatusCode.INVALID_ARGUMENT
     assert caught.value.message == "queue “café” is 100% full"
 
 
 async def test_error_status_in_trailers_after_a_message(server: Server) -> None:
     async with open_stub(server) as (_, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(
                 pb.AckRequest(job_id="x", attempt=1),
                 metadata=action("trailers-after-data:ABORTED:try later"),
             )
-    assert caught.value.status is Status.ABORTED
+    assert caught.value.code is StatusCode.ABORTED
     assert caught.value.message == "try later"
 
 
 async def test_status_details_bin_is_ignored_gracefully(server: Server) -> None:
     async with open_stub(server) as (_, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(
                 pb.AckRequest(job_id="x", attempt=1),
                 metadata=action("fail-details:FAILED_PRECONDITION:attempt mismatch"),
             )
-        assert caught.value.status is Status.FAILED_PRECONDITION
+        assert caught.value.code is StatusCode.FAILED_PRECONDITION
         assert caught.value.message == "attempt mismatch"
         # The connection is unaffected.
         assert (await stub.ack(pb.AckRequest(job_id="after", attempt=1))).job_id == "after"
@@ -179,9 +179,9 @@ async def test_status_details_bin_is_ignored_gracefully(server: Server) -> None:
 async def test_non_grpc_http_status_maps_to_grpc_status() -> None:
     with RawH2Server(http_status(503)) as raw:
         async with open_stub(raw) as (_, stub):
-            with pytest.raises(GRPCError) as caught:
+            with pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-    assert caught.value.status is Status.UNAVAILABLE
+    assert caught.value.code is StatusCode.UNAVAILABLE
     assert "HTTP status 503" in (caught.value.message or "")
 
 
@@ -239,11 +239,11 @@ async def test_grpc_timeout_is_sent_from_ambient_anyio_deadline(server: Server) 
 
 async def test_local_deadline_expiry_raises_deadline_exceeded(server: Server) -> None:
     async with open_stub(server) as (channel, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(
                 pb.AckRequest(job_id="slow", attempt=1), timeout=0.2, metadata=action("sleep:30")
             )
-        assert caught.value.status is Status.DEADLINE_EXCEEDED
+        assert caught.value.code is StatusCode.DEADLINE_EXCEEDED
         event = await wait_for_call(server, lambda e: e.method == "Ack" and e.cancelled)
         assert event.request.job_id == "slow"
         # Still the same healthy connection.
@@ -254,9 +254,9 @@ async def test_local_deadline_expiry_raises_deadline_exceeded(server: Server) ->
 
 async def test_expired_timeout_fails_without_sending(server: Server) -> None:
     async with open_stub(server) as (_, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(pb.AckRequest(job_id="late", attempt=1), timeout=0.0)
-    assert caught.value.status is Status.DEADLINE_EXCEEDED
+    assert caught.value.code is StatusCode.DEADLINE_EXCEEDED
     assert not any(e.method == "Ack" for e in server.events)
 
 
@@ -352,9 +352,9 @@ async def test_several_large_messages_concurrently(server: Server) -> None:
 
 async def test_message_over_max_receive_size_fails_clearly(server: Server) -> None:
     async with open_stub(server, max_receive_message_bytes=MiB) as (channel, stub):
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.reserve(pb.ReserveRequest(queues=["q"], worker_id=str(2 * MiB)))
-        assert caught.value.status is Status.RESOURCE_EXHAUSTED
+        assert caught.value.code is StatusCode.RESOURCE_EXHAUSTED
         assert "exceeds max_receive_message_bytes=1048576" in (caught.value.message or "")
         # Exactly at the limit is fine (the job's framing adds a few bytes).
         ok = await stub.reserve(pb.ReserveRequest(queues=["q"], worker_id=str(MiB - 64)))
@@ -389,12 +389,12 @@ async def test_stream_limit_of_one_from_a_raw_server_is_respected() -> None:
     """A server announcing MAX_CONCURRENT_STREAMS=1 gets one stream at a time."""
     with RawH2Server(http_status(200), settings={SettingCodes.MAX_CONCURRENT_STREAMS: 1}) as raw:
         async with open_stub(raw) as (_, stub):
-            errors: list[GRPCError] = []
+            errors: list[GrpcError] = []
 
             async def call() -> None:
                 try:
                     await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-                except GRPCError as exc:
+                except GrpcError as exc:
                     errors.append(exc)
 
             with anyio.fail_after(10):
@@ -416,21 +416,21 @@ async def test_server_stop_fails_inflight_calls_unavailable_and_restart_is_survi
     async with open_stub(own_server) as (channel, stub):
         await stub.ack(pb.AckRequest(job_id="before", attempt=1))
         first_conn = channel._conn
-        failures: list[GRPCError] = []
+        failures: list[GrpcError] = []
 
         async def inflight() -> None:
             try:
                 await stub.ack(
                     pb.AckRequest(job_id="inflight", attempt=1), metadata=action("sleep:30")
                 )
-            except GRPCError as exc:
+            except GrpcError as exc:
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(inflight)
             await wait_for_call(own_server, lambda e: e.request.job_id == "inflight")
             await anyio.to_thread.run_sync(own_server.restart, 0.0)
-        assert [f.status for f in failures] == [Status.UNAVAILABLE]
+        assert [f.code for f in failures] == [StatusCode.UNAVAILABLE]
         # Same port, new server process state: the next call reconnects.
         reply = await stub.ack(pb.AckRequest(job_id="after", attempt=1))
         assert reply.job_id == "after"
@@ -456,9 +456,9 @@ async def test_graceful_goaway_lets_the_call_finish_and_moves_to_a_new_connectio
 async def test_goaway_above_the_stream_means_unprocessed_and_unavailable() -> None:
     with RawH2Server(goaway(last_stream_id=0)) as raw:
         async with open_stub(raw) as (_, stub):
-            with pytest.raises(GRPCError) as caught:
+            with pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-    assert caught.value.status is Status.UNAVAILABLE
+    assert caught.value.code is StatusCode.UNAVAILABLE
     assert "not processed" in (caught.value.message or "")
 
 
@@ -468,14 +468,14 @@ async def test_refused_connection_is_unavailable_and_retried_after_jittered_back
     # Nothing listens on the port any more.
     async with Channel("127.0.0.1", port, reconnect_backoff=0.05) as channel:
         stub = pb.QueueServiceStub(channel)
-        with pytest.raises(GRPCError) as caught:
+        with pytest.raises(GrpcError) as caught:
             await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-        assert caught.value.status is Status.UNAVAILABLE
+        assert caught.value.code is StatusCode.UNAVAILABLE
         # The operating system's words, the same on both backends.
         assert caught.value.message == f"cannot connect to 127.0.0.1:{port}: Connection refused"
         pause = channel._next_attempt_at - anyio.current_time()
         assert 0.0 < pause <= 0.05 * 1.2
-        with pytest.raises(GRPCError):
+        with pytest.raises(GrpcError):
             await stub.ack(pb.AckRequest(job_id="x", attempt=1))
         # The second failure grows the backoff by 1.6x (jitter +/-20%).
         pause = channel._next_attempt_at - anyio.current_time()
@@ -494,9 +494,9 @@ async def test_connect_timeout_is_reported() -> None:
         async with listener:
             port = listener.extra(anyio.abc.SocketAttribute.local_port)
             async with Channel("127.0.0.1", port, connect_timeout=0.2) as channel:
-                with pytest.raises(GRPCError) as caught:
+                with pytest.raises(GrpcError) as caught:
                     await channel.connect()
-    assert caught.value.status is Status.UNAVAILABLE
+    assert caught.value.code is StatusCode.UNAVAILABLE
     assert "timed out after 0.2s connecting to 127.0.0.1" in (caught.value.message or "")
 
 
@@ -506,9 +506,9 @@ async def test_connect_timeout_is_reported() -> None:
 async def test_keepalive_detects_a_dead_peer_during_a_call() -> None:
     with RawH2Server(silent_peer) as raw:
         async with open_stub(raw, keepalive_interval=0.1, keepalive_timeout=0.1) as (_, stub):
-            with anyio.fail_after(10), pytest.raises(GRPCError) as caught:
+            with anyio.fail_after(10), pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-    assert caught.value.status is Status.UNAVAILABLE
+    assert caught.value.code is StatusCode.UNAVAILABLE
     assert "keepalive PING not acknowledged" in (caught.value.message or "")
 
 
@@ -574,7 +574,7 @@ async def test_tls_server_name_override() -> None:
             assert (await stub.ack(pb.AckRequest(job_id="sni", attempt=1))).job_id == "sni"
         # Without the override the name (127.0.0.1) doesn't match the certificate.
         async with open_stub(server, ssl_context=client_context) as (_, stub):
-            with pytest.raises(GRPCError) as caught:
+            with pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="sni", attempt=1))
         assert "TLS handshake with 127.0.0.1" in (caught.value.message or "")
 
@@ -584,23 +584,23 @@ async def test_tls_with_the_wrong_ca_fails_clearly(tls: TLSMaterial) -> None:
     with GrpclibTestServer(tls=tls) as server:
         wrong = default_ssl_context(cadata=other_ca.cert_pem.bytes().decode())
         async with open_stub(server, ssl_context=wrong) as (_, stub):
-            with pytest.raises(GRPCError) as caught:
+            with pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
         # System roots don't know the test CA either.
         async with open_stub(server, ssl_context=default_ssl_context()) as (_, stub):
-            with pytest.raises(GRPCError) as system_roots:
+            with pytest.raises(GrpcError) as system_roots:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
     for error in (caught.value, system_roots.value):
-        assert error.status is Status.UNAVAILABLE
+        assert error.code is StatusCode.UNAVAILABLE
         assert "certificate verify failed" in (error.message or "")
 
 
 async def test_plaintext_client_against_tls_server_fails_cleanly(tls: TLSMaterial) -> None:
     with GrpclibTestServer(tls=tls) as server:
         async with open_stub(server, connect_timeout=2.0) as (_, stub):
-            with pytest.raises(GRPCError) as caught:
+            with pytest.raises(GrpcError) as caught:
                 await stub.ack(pb.AckRequest(job_id="x", attempt=1))
-    assert caught.value.status is Status.UNAVAILABLE
+    assert caught.value.code is StatusCode.UNAVAILABLE
 
 
 # ------------------------------------------------------------------ lifetime

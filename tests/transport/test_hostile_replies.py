@@ -21,14 +21,18 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import pytest
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError
 
 import sepp_anyio
-from sepp_anyio import MalformedResponseError, OverloadedError, RetryPolicy, TransportError
+from sepp_anyio import (
+    MalformedResponseError,
+    OverloadedError,
+    RetryPolicy,
+    StatusCode,
+    TransportError,
+)
+from sepp_anyio._grpc import GrpcError, MalformedReplyError
 from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio._transport import Channel
-from sepp_anyio._transport._malformed import MalformedReplyError
+from sepp_anyio._transport import UNARY_UNARY, Channel
 from tests.support.servers import MiB, RawH2Server, Send
 
 pytestmark = pytest.mark.anyio
@@ -124,7 +128,7 @@ async def _unary(channel: Channel) -> tuple[Any, Any]:
     """One GetServerInfo call driven by hand, so the test can look at the stream after."""
     stream = channel.request(
         "/sepp.v1.QueueService/GetServerInfo",
-        Cardinality.UNARY_UNARY,
+        UNARY_UNARY,
         pb.GetServerInfoRequest,
         pb.GetServerInfoResponse,
         timeout=30,
@@ -134,7 +138,7 @@ async def _unary(channel: Channel) -> tuple[Any, Any]:
         async with stream:
             await stream.send_message(pb.GetServerInfoRequest(), end=True)
             reply = await stream.recv_message()
-    except GRPCError as exc:
+    except GrpcError as exc:
         return stream, exc
     return stream, reply
 
@@ -159,7 +163,7 @@ async def test_a_second_message_in_a_unary_reply_fails_the_call_at_once() -> Non
                 lambda: raw.wait_for(lambda e: isinstance(e.event, h2.events.StreamReset))
             )
     assert isinstance(outcome, MalformedReplyError), outcome
-    assert outcome.status is Status.INTERNAL
+    assert outcome.code is StatusCode.INTERNAL
     assert "more than 1 message" in (outcome.message or "")
     held = stream._call.decoder.held
     assert held <= 1 * MiB + PREFIX, held
@@ -183,7 +187,7 @@ async def test_an_oversized_message_fails_before_its_body_is_buffered() -> None:
             reset = await anyio.to_thread.run_sync(
                 lambda: raw.wait_for(lambda e: isinstance(e.event, h2.events.StreamReset))
             )
-    assert isinstance(outcome, GRPCError) and outcome.status is Status.RESOURCE_EXHAUSTED
+    assert isinstance(outcome, GrpcError) and outcome.code is StatusCode.RESOURCE_EXHAUSTED
     assert "exceeds max_receive_message_bytes" in (outcome.message or "")
     assert stream._call.decoder.held <= PREFIX
     assert isinstance(reset.event, h2.events.StreamReset)

@@ -54,7 +54,6 @@ Cancellation is never converted into any of these.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from typing import Final
 
@@ -549,7 +548,7 @@ def error_from_status(code: int, message: str, *, rpc: str) -> SeppError:
     code outside the 17 known ones is treated as UNKNOWN, as the gRPC spec asks of clients.
 
     Args:
-        code: the numeric status (a ``grpclib.const.Status`` member is accepted too).
+        code: the numeric status (a :class:`StatusCode` or a plain int).
         message: the status details, possibly empty.
         rpc: the client method (``"ack"``) or gRPC method name (``"Ack"`` or the full
             path); used for the RPC-specific rows and in the message.
@@ -557,9 +556,6 @@ def error_from_status(code: int, message: str, *, rpc: str) -> SeppError:
     Returns:
         the error to raise (the caller raises it ``from`` the transport error).
     """
-    if isinstance(code, enum.Enum):
-        # Tolerate grpclib's Status (a plain Enum, not an int) being passed as is.
-        code = code.value
     try:
         status = StatusCode(code)
         unrecognised = ""

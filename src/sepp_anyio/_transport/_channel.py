@@ -3,7 +3,9 @@
 ``grpclib.client.Channel`` is asyncio-only (it can't even be constructed
 under trio), but the stubs only call ``channel.request(...)`` and use the
 returned stream. :class:`Channel` provides that same ``request()`` on any
-anyio backend.
+anyio backend. It is the one module of the package, besides the generated stubs, that
+names a grpclib type: the ``Cardinality`` the stubs pass (and their ``Deadline``);
+everything under it speaks :mod:`sepp_anyio._grpc`.
 
 Lifetime is structured: ``async with Channel(...)`` opens a task group that
 owns every connection's reader and keepalive tasks, and leaving the block
@@ -34,21 +36,23 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.streams.tls import TLSAttribute
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError
+from grpclib.const import Cardinality
 
-from .._model._error_root import InvalidArgumentError
+from .._grpc import GrpcError, MetadataLike, encode_metadata
+from .._model._error_root import InvalidArgumentError, StatusCode
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import Connection
 from ._dial import dial
-from ._metadata import MetadataLike, encode_metadata
 from ._stream import Stream
 
 if TYPE_CHECKING:
     from grpclib.metadata import Deadline
 
-__all__ = ["Channel", "default_ssl_context"]
+__all__ = ["UNARY_UNARY", "Channel", "default_ssl_context"]
+
+#: The shape of a unary call, for callers of :meth:`Channel.request` other than the stubs.
+UNARY_UNARY = Cardinality.UNARY_UNARY
 
 logger = logging.getLogger("sepp_anyio.transport")
 
@@ -183,7 +187,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         self._attempts = 0
         self._failures = 0
         self._next_attempt_at = -math.inf
-        self._last_error: GRPCError | None = None
+        self._last_error: GrpcError | None = None
 
     # ------------------------------------------------------------ lifetime
 
@@ -314,7 +318,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         """Make sure a connection is up, connecting now if needed.
 
         Raises:
-            GRPCError: UNAVAILABLE with the reason (refused, timed out, TLS
+            GrpcError: UNAVAILABLE with the reason (refused, timed out, TLS
                 verification failed, no ALPN h2, ...).
         """
         await self.get_connection()
@@ -325,7 +329,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         if conn is not None and conn.usable:
             return conn
         if self._tg is None or self._closed:
-            raise GRPCError(Status.UNAVAILABLE, "the channel is closed")
+            raise GrpcError(StatusCode.UNAVAILABLE, "the channel is closed")
         seen = self._attempts
         async with self._connect_lock:
             conn = self._conn
@@ -341,7 +345,7 @@ class Channel(anyio.AsyncContextManagerMixin):
             self._attempts += 1
             try:
                 conn = await self._establish()
-            except GRPCError as exc:
+            except GrpcError as exc:
                 self._failures += 1
                 self._last_error = exc
                 backoff = min(
@@ -373,8 +377,8 @@ class Channel(anyio.AsyncContextManagerMixin):
                     if alpn != "h2":
                         with anyio.CancelScope(shield=True):
                             await stream.aclose()
-                        raise GRPCError(
-                            Status.UNAVAILABLE,
+                        raise GrpcError(
+                            StatusCode.UNAVAILABLE,
                             f"the server at {address} did not negotiate HTTP/2 over TLS"
                             f" (ALPN {alpn!r})",
                         )
@@ -395,20 +399,20 @@ class Channel(anyio.AsyncContextManagerMixin):
         except TimeoutError:
             if conn is not None:
                 conn.close_soon()
-            raise GRPCError(
-                Status.UNAVAILABLE,
+            raise GrpcError(
+                StatusCode.UNAVAILABLE,
                 f"timed out after {self._connect_timeout:g}s connecting to {address}",
             ) from None
         except ssl.SSLError as exc:
             hint = ""
             if exc.reason in _NOT_TLS_REASONS:
                 hint = f"; the server does not speak TLS; use http://{address} or tls=False"
-            raise GRPCError(
-                Status.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}{hint}"
+            raise GrpcError(
+                StatusCode.UNAVAILABLE, f"TLS handshake with {address} failed: {exc}{hint}"
             ) from exc
         except (OSError, anyio.BrokenResourceError) as exc:
-            raise GRPCError(
-                Status.UNAVAILABLE, f"cannot connect to {address}: {_connect_failure(exc)}"
+            raise GrpcError(
+                StatusCode.UNAVAILABLE, f"cannot connect to {address}: {_connect_failure(exc)}"
             ) from exc
         if conn.failure is not None:
             hint = ""
@@ -418,8 +422,8 @@ class Channel(anyio.AsyncContextManagerMixin):
                 elif not conn.first_bytes:
                     # What a TLS server does with a plaintext client's HTTP/2 preface.
                     hint = f"; if the server uses TLS, use https://{address} or tls=True"
-            raise GRPCError(
-                Status.UNAVAILABLE,
+            raise GrpcError(
+                StatusCode.UNAVAILABLE,
                 f"HTTP/2 handshake with {address} failed: {conn.failure.message}{hint}",
             )
         logger.debug("connected to %s", address)

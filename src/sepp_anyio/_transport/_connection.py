@@ -39,18 +39,18 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
 
 from .. import _http2
-from .._http2 import ErrorCode
-from ._framing import (
+from .._grpc import (
     CompressedMessageError,
     ExtraMessageError,
+    GrpcError,
+    MalformedReplyError,
     MessageDecoder,
     MessageTooLargeError,
 )
-from ._malformed import MalformedReplyError
+from .._http2 import ErrorCode
+from .._model._error_root import StatusCode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -82,28 +82,28 @@ _FIRST_BYTES = 64
 _NO_SCOPE = contextlib.nullcontext()
 
 _RST_TO_STATUS = {
-    ErrorCode.NO_ERROR: Status.INTERNAL,
-    ErrorCode.PROTOCOL_ERROR: Status.INTERNAL,
-    ErrorCode.INTERNAL_ERROR: Status.INTERNAL,
-    ErrorCode.FLOW_CONTROL_ERROR: Status.INTERNAL,
-    ErrorCode.SETTINGS_TIMEOUT: Status.INTERNAL,
-    ErrorCode.FRAME_SIZE_ERROR: Status.INTERNAL,
-    ErrorCode.REFUSED_STREAM: Status.UNAVAILABLE,
-    ErrorCode.CANCEL: Status.CANCELLED,
-    ErrorCode.COMPRESSION_ERROR: Status.INTERNAL,
-    ErrorCode.CONNECT_ERROR: Status.INTERNAL,
-    ErrorCode.ENHANCE_YOUR_CALM: Status.RESOURCE_EXHAUSTED,
-    ErrorCode.INADEQUATE_SECURITY: Status.PERMISSION_DENIED,
-    ErrorCode.HTTP_1_1_REQUIRED: Status.INTERNAL,
+    ErrorCode.NO_ERROR: StatusCode.INTERNAL,
+    ErrorCode.PROTOCOL_ERROR: StatusCode.INTERNAL,
+    ErrorCode.INTERNAL_ERROR: StatusCode.INTERNAL,
+    ErrorCode.FLOW_CONTROL_ERROR: StatusCode.INTERNAL,
+    ErrorCode.SETTINGS_TIMEOUT: StatusCode.INTERNAL,
+    ErrorCode.FRAME_SIZE_ERROR: StatusCode.INTERNAL,
+    ErrorCode.REFUSED_STREAM: StatusCode.UNAVAILABLE,
+    ErrorCode.CANCEL: StatusCode.CANCELLED,
+    ErrorCode.COMPRESSION_ERROR: StatusCode.INTERNAL,
+    ErrorCode.CONNECT_ERROR: StatusCode.INTERNAL,
+    ErrorCode.ENHANCE_YOUR_CALM: StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.INADEQUATE_SECURITY: StatusCode.PERMISSION_DENIED,
+    ErrorCode.HTTP_1_1_REQUIRED: StatusCode.INTERNAL,
 }
 
 
-def status_for_reset(code: int) -> Status:
+def status_for_reset(code: int) -> StatusCode:
     """The gRPC status for a stream the server reset with ``code``."""
     try:
         return _RST_TO_STATUS[ErrorCode(code)]
     except ValueError:
-        return Status.INTERNAL
+        return StatusCode.INTERNAL
 
 
 def _looks_like_tls(data: bytes) -> bool:
@@ -175,7 +175,7 @@ class CallState:
         self.reset_code: int | None = None
         # A local verdict on this stream (oversized message, GOAWAY above our
         # id, connection loss); raised to the caller at its next wait.
-        self.failure: GRPCError | None = None
+        self.failure: GrpcError | None = None
         # True when the server provably never processed the request (it
         # refused the stream, or a GOAWAY put it above last_stream_id).
         self.unprocessed = False
@@ -200,7 +200,7 @@ class CallState:
             self.waiter = None
             waiter.set()
 
-    def fail(self, error: GRPCError) -> None:
+    def fail(self, error: GrpcError) -> None:
         if self.failure is None:
             self.failure = error
         self.wake()
@@ -238,7 +238,7 @@ class Connection:
         # Set once the connection can carry no new call; existing calls may
         # still finish (after a graceful GOAWAY) unless failure is also set.
         self.draining = False
-        self.failure: GRPCError | None = None
+        self.failure: GrpcError | None = None
         self.ready = anyio.Event()
         # Set when run() has finished and the socket is closed.
         self.closed = anyio.Event()
@@ -248,7 +248,7 @@ class Connection:
         self._flushed: anyio.Event | None = None
         # A connection error we found in the server's input: reported after the
         # GOAWAY that says so has been sent.
-        self._terminated: GRPCError | None = None
+        self._terminated: GrpcError | None = None
         self._open_streams = 0
         # The peer's MAX_CONCURRENT_STREAMS, refreshed when its settings change.
         self._max_streams = self.h2.peer_max_concurrent_streams
@@ -271,10 +271,10 @@ class Connection:
         """Whether a new call may start on this connection."""
         return self.failure is None and not self.draining
 
-    def unavailable(self, what: str) -> GRPCError:
-        return GRPCError(Status.UNAVAILABLE, f"{what} ({self.label})")
+    def unavailable(self, what: str) -> GrpcError:
+        return GrpcError(StatusCode.UNAVAILABLE, f"{what} ({self.label})")
 
-    def fail(self, error: GRPCError) -> None:
+    def fail(self, error: GrpcError) -> None:
         """Mark the connection dead and wake everyone; idempotent."""
         if self.failure is None:
             self.failure = error
@@ -438,7 +438,7 @@ class Connection:
             max_messages: 1 for a unary response.
 
         Raises:
-            GRPCError: UNAVAILABLE when the connection takes no new stream (it is
+            GrpcError: UNAVAILABLE when the connection takes no new stream (it is
                 closing, or its stream ids are used up): nothing was sent, so the
                 call may go to another connection. INTERNAL when the request's
                 headers exceed the server's SETTINGS_MAX_HEADER_LIST_SIZE.
@@ -450,8 +450,8 @@ class Connection:
             )
         except _http2.HeaderListTooLargeError as exc:
             self.release_slot()
-            raise GRPCError(
-                Status.INTERNAL, f"the request's headers are too large: {exc}"
+            raise GrpcError(
+                StatusCode.INTERNAL, f"the request's headers are too large: {exc}"
             ) from None
         except _http2.LocalProtocolError as exc:
             # Closed, GOAWAY exchanged, ids exhausted, or the server lowered its
@@ -530,7 +530,7 @@ class Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self._not_http2() or self.unavailable(f"connection lost: {exc!r}"))
 
-    def _not_http2(self) -> GRPCError | None:
+    def _not_http2(self) -> GrpcError | None:
         """The error to report if the server's first bytes were not HTTP/2 at all (an
         HTTP/1 server, or another protocol, on the port), else None.
 
@@ -642,7 +642,7 @@ class Connection:
             # HTTP/2 connection reset the stream and goes on.
             if event.error_code == ErrorCode.CANCEL:
                 # Over our header list limit (the reason names it).
-                call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, event.reason))
+                call.fail(GrpcError(StatusCode.RESOURCE_EXHAUSTED, event.reason))
             else:
                 call.fail(
                     MalformedReplyError(
@@ -666,15 +666,21 @@ class Connection:
             try:
                 call.decoder.feed(event.data)
             except MessageTooLargeError as exc:
-                call.fail(GRPCError(Status.RESOURCE_EXHAUSTED, str(exc)))
+                call.fail(
+                    GrpcError(
+                        StatusCode.RESOURCE_EXHAUSTED,
+                        f"received message of {exc.length} bytes exceeds "
+                        f"max_receive_message_bytes={exc.limit}",
+                    )
+                )
                 self.reset_call(call)
                 return
             except CompressedMessageError as exc:
-                call.fail(GRPCError(Status.INTERNAL, str(exc)))
+                call.fail(GrpcError(StatusCode.INTERNAL, str(exc)))
                 self.reset_call(call)
                 return
             except ExtraMessageError as exc:
-                call.fail(MalformedReplyError(str(exc)))
+                call.fail(MalformedReplyError(f"the server sent {exc}"))
                 self.reset_call(call)
                 return
         if event.end_stream:

@@ -10,8 +10,9 @@ so :class:`Stream` implements exactly grpclib's stream protocol (send_request,
 send_message, end, recv_initial_metadata, recv_message, recv_trailing_metadata,
 cancel, async iteration) on top of :class:`~._connection.Connection`.
 
-Errors are grpclib's :class:`~grpclib.exceptions.GRPCError` (the client layer
-translates them into the public ``SeppError`` tree). In particular:
+Errors are :class:`~sepp_anyio._grpc.GrpcError` (the client layer translates them into
+the public ``SeppError`` tree); misuse of the stream protocol (a second request, a message
+after the end) is a ``RuntimeError``. In particular:
 
 * the server's status, from trailers or a trailers-only response;
 * ``UNAVAILABLE`` when the connection fails, the server refuses the stream or
@@ -36,29 +37,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError, ProtocolError
-from multidict import MultiDict
 
-from .._http2 import LocalProtocolError
-from .._wire._codec import decode, encode
-from ._connection import CallState, Connection, status_for_reset
-from ._framing import (
-    decode_grpc_message,
+from .._grpc import (
+    GrpcError,
     encode_message,
     encode_stable_timeout,
     encode_timeout,
+    read_status,
     status_from_http,
 )
-from ._malformed import MalformedReplyError
-from ._metadata import decode_metadata
+from .._http2 import LocalProtocolError
+from .._model._error_root import StatusCode
+from .._wire._codec import decode, encode
+from ._connection import CallState, Connection, status_for_reset
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._http2 import Headers
 
-__all__ = ["CallOwner", "Stream"]
+__all__ = ["CallOwner", "CallShape", "Stream"]
 
 _OPEN_ATTEMPTS = 3
 _NO_SCOPE = contextlib.nullcontext()
@@ -71,7 +69,9 @@ _MAX_RESENDS = 20
 _RESEND_BACKOFF = 0.01
 _RESEND_BACKOFF_MAX = 0.5
 # Statuses a server may answer with once the deadline it was sent has passed.
-_DEADLINE_VERDICTS = frozenset({Status.DEADLINE_EXCEEDED, Status.UNKNOWN, Status.CANCELLED})
+_DEADLINE_VERDICTS = frozenset(
+    {StatusCode.DEADLINE_EXCEEDED, StatusCode.UNKNOWN, StatusCode.CANCELLED}
+)
 # Bound on the checkpoints _deliver_expired_deadline takes; the backend cancels an expired
 # scope within an event-loop iteration or two.
 _DEADLINE_SPINS = 100
@@ -84,35 +84,6 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
         if key == name:
             return value
     return None
-
-
-# A grpc-status is 1*DIGIT (the gRPC HTTP/2 spec); more digits than a uint32 has
-# cannot be a real status, and a bound keeps int() away from huge inputs.
-_MAX_STATUS_DIGITS = 10
-
-
-def _raise_for_status(headers: Headers) -> None:
-    raw = _header(headers, b"grpc-status")
-    if raw is None:
-        raise GRPCError(Status.UNKNOWN, "server response carries no grpc-status")
-    if raw == b"0":
-        return
-    # Strictly ASCII digits (bytes.isdigit() is ASCII-only): int() alone would read
-    # " 14" as UNAVAILABLE (and retry it) and "+0" as OK.
-    if not raw.isdigit() or len(raw) > _MAX_STATUS_DIGITS:
-        shown = raw[:40].decode("latin-1") + ("..." if len(raw) > 40 else "")
-        raise MalformedReplyError(f"the server sent a malformed grpc-status {shown!r}")
-    message_raw = _header(headers, b"grpc-message")
-    message = decode_grpc_message(message_raw.decode("latin-1")) if message_raw else None
-    try:
-        status = Status(int(raw))
-    except ValueError:
-        detail = f"unknown grpc-status {raw.decode('latin-1')!r}"
-        raise GRPCError(Status.UNKNOWN, f"{detail}: {message}" if message else detail) from None
-    # grpc-status-details-bin, if present, is deliberately left undecoded: the
-    # sepp protocol defines no rich error details, and a malformed one must
-    # not mask the status itself.
-    raise GRPCError(status, message)
 
 
 async def _deliver_expired_deadline() -> None:
@@ -128,6 +99,18 @@ async def _deliver_expired_deadline() -> None:
         if anyio.current_effective_deadline() > anyio.current_time():
             return
         await anyio.lowlevel.checkpoint()
+
+
+class CallShape(Protocol):
+    """Whether a call streams its requests and its replies: the members of grpclib's
+    ``Cardinality`` that the generated stubs pass have these two attributes (the channel,
+    ``_channel``, is the one module that knows that type)."""
+
+    @property
+    def client_streaming(self) -> bool: ...
+
+    @property
+    def server_streaming(self) -> bool: ...
 
 
 class CallOwner(Protocol):
@@ -148,7 +131,7 @@ class CallOwner(Protocol):
         ...
 
     async def get_connection(self) -> Connection:
-        """A usable connection, made now if needed (raises ``GRPCError`` UNAVAILABLE)."""
+        """A usable connection, made now if needed (raises ``GrpcError`` UNAVAILABLE)."""
         ...
 
 
@@ -180,7 +163,7 @@ class Stream:
         self,
         channel: CallOwner,
         name: str,
-        cardinality: Cardinality,
+        cardinality: CallShape,
         send_type: type[Any],
         recv_type: type[Any],
         *,
@@ -210,25 +193,6 @@ class Stream:
         # True inside `async with` when the caller's deadline is at or before ours.
         self._deadline_covered = False
 
-    # ------------------------------------------------------------ metadata
-
-    @property
-    def initial_metadata(self) -> MultiDict[str | bytes] | None:
-        """Response headers as grpclib-style metadata (after they arrived)."""
-        call = self._call
-        if call is None or call.headers is None or self._trailers_only:
-            return None
-        return decode_metadata(call.headers)
-
-    @property
-    def trailing_metadata(self) -> MultiDict[str | bytes] | None:
-        """Response trailers as grpclib-style metadata (after they arrived)."""
-        call = self._call
-        if call is None:
-            return None
-        headers = call.headers if self._trailers_only else call.trailers
-        return None if headers is None else decode_metadata(headers)
-
     # ------------------------------------------------------------ deadline
 
     def _local_scope(self) -> anyio.CancelScope | None:
@@ -242,8 +206,8 @@ class Stream:
             return None
         return anyio.CancelScope(deadline=self._deadline)
 
-    def _deadline_exceeded(self) -> GRPCError:
-        return GRPCError(Status.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
+    def _deadline_exceeded(self) -> GrpcError:
+        return GrpcError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
 
     def _check_call(self, call: CallState, conn: Connection) -> None:
         if call.failure is not None:
@@ -251,7 +215,7 @@ class Stream:
         # A reset after the whole response has arrived only stops the request side (a
         # server may answer before reading all of the request, then reset the stream).
         if call.reset_code is not None and not call.ended:
-            raise GRPCError(
+            raise GrpcError(
                 status_for_reset(call.reset_code),
                 f"the server reset the stream (HTTP/2 error code {call.reset_code})",
             )
@@ -320,13 +284,13 @@ class Stream:
         remaining = deadline - now
         stable = encode_stable_timeout(remaining)
         if stable is not None:
-            return stable.encode("ascii"), True
-        return encode_timeout(remaining).encode("ascii"), False
+            return stable, True
+        return encode_timeout(remaining), False
 
     async def _open(self, *, end: bool, body: bytes | None) -> None:
         """Open the HTTP/2 stream: headers, then the body if there is one."""
         if self._call is not None:
-            raise ProtocolError("Request is already sent")
+            raise RuntimeError("Request is already sent")
         # A call started inside an already-cancelled scope must not reach the
         # wire (it would go out with an expired grpc-timeout).
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -384,7 +348,7 @@ class Stream:
             conn = await self._channel.get_connection()
             try:
                 await conn.acquire_slot()
-            except GRPCError:
+            except GrpcError:
                 if attempt + 1 < _OPEN_ATTEMPTS and not conn.usable:
                     continue
                 raise
@@ -445,10 +409,10 @@ class Stream:
         """Send one request message; forced to end the stream for unary requests."""
         if not self._cardinality.client_streaming:
             if self._message_sent:
-                raise ProtocolError("Message was already sent")
+                raise RuntimeError("Message was already sent")
             end = True
         if self._end_sent:
-            raise ProtocolError("Stream is ended")
+            raise RuntimeError("Stream is ended")
         if not isinstance(message, self._send_type):
             raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
         body = encode_message(encode(message))
@@ -465,17 +429,17 @@ class Stream:
         """Half-close the request side."""
         if self._end_sent:
             if self._cardinality.client_streaming:
-                raise ProtocolError("Stream was already ended")
+                raise RuntimeError("Stream was already ended")
             return
         conn, call = self._conn, self._call
         if conn is None or call is None:
-            raise ProtocolError("Request was not sent yet")
+            raise RuntimeError("Request was not sent yet")
         try:
             conn.h2.end_stream(call.stream_id)
         except LocalProtocolError:
             # The stream is over already (reset, or the connection is gone): say why.
             self._check_call(call, conn)
-            raise ProtocolError("the stream is closed") from None
+            raise RuntimeError("the stream is closed") from None
         self._end_sent = True
         await conn.flush()
 
@@ -488,10 +452,10 @@ class Stream:
         status here.
         """
         if self._initial_done:
-            raise ProtocolError("Initial metadata was already received")
+            raise RuntimeError("Initial metadata was already received")
         call = self._call
         if call is None:
-            raise ProtocolError("Request was not sent yet")
+            raise RuntimeError("Request was not sent yet")
         if self._cardinality.server_streaming:
             if call.headers is None:
                 await self._wait(lambda c: c.headers is not None or c.ended)
@@ -510,11 +474,13 @@ class Stream:
             raise call.failure
         headers = call.headers
         if headers is None:
-            raise GRPCError(Status.UNKNOWN, "the server ended the stream without response headers")
+            raise GrpcError(
+                StatusCode.UNKNOWN, "the server ended the stream without response headers"
+            )
         http_status = _header(headers, b":status")
         if http_status != b"200":
             code = int(http_status) if http_status and http_status.isdigit() else 0
-            raise GRPCError(
+            raise GrpcError(
                 status_from_http(code),
                 f"received HTTP status {code} instead of a gRPC response",
             )
@@ -527,8 +493,8 @@ class Stream:
             return
         content_type = _header(headers, b"content-type")
         if content_type is None or not content_type.startswith(b"application/grpc"):
-            raise GRPCError(
-                Status.UNKNOWN,
+            raise GrpcError(
+                StatusCode.UNKNOWN,
                 f"server replied with content-type {content_type!r}, not application/grpc",
             )
 
@@ -550,18 +516,20 @@ class Stream:
             data = call.decoder.pop()
             if data is None:
                 if call.decoder.buffered:
-                    raise GRPCError(Status.INTERNAL, "the stream ended in the middle of a message")
+                    raise GrpcError(
+                        StatusCode.INTERNAL, "the stream ended in the middle of a message"
+                    )
                 if not self._cardinality.server_streaming:
                     await self.recv_trailing_metadata()
-                    raise GRPCError(Status.INTERNAL, "the server sent no response message")
+                    raise GrpcError(StatusCode.INTERNAL, "the server sent no response message")
                 return None
         try:
             # Strict: a field of the wrong wire type fails the reply (betterproto2's own
             # decoder would let it through as a value of the wrong type).
             message = decode(self._recv_type, data)
         except Exception as exc:
-            raise GRPCError(
-                Status.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"
+            raise GrpcError(
+                StatusCode.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"
             ) from exc
         return message
 
@@ -579,7 +547,7 @@ class Stream:
             await self._wait(lambda c: c.trailers is not None or c.ended)
         self._trailers_done = True
         if call.trailers is None:
-            raise GRPCError(Status.INTERNAL, "the server ended the stream without trailers")
+            raise GrpcError(StatusCode.INTERNAL, "the server ended the stream without trailers")
         await self._raise_status(call.trailers)
 
     @staticmethod
@@ -593,9 +561,9 @@ class Stream:
         handler started (a deadline of a millisecond, under load).
         """
         try:
-            _raise_for_status(headers)
-        except GRPCError as exc:
-            if exc.status in _DEADLINE_VERDICTS:
+            read_status(headers)
+        except GrpcError as exc:
+            if exc.code in _DEADLINE_VERDICTS:
                 await _deliver_expired_deadline()
             raise
 

@@ -4,7 +4,7 @@
 :meth:`ServerCall.read_request` (the request message: its announced size checked on its
 5-byte prefix before any of it is buffered, a second message refused, then decoded),
 :meth:`ServerCall.send_message` and :meth:`ServerCall.send_trailing_metadata`.  Nothing
-here touches grpclib: :class:`~sepp_anyio._grpc.GrpcError` carries the statuses, and the
+here is grpclib's: :class:`~sepp_anyio._grpc.GrpcError` carries the statuses, and the
 message prefix is read by the one rule of :mod:`sepp_anyio._grpc` (its compressed flag and
 the size limit, checked before any of the message is buffered).
 

@@ -1,7 +1,7 @@
 """A channel that serves an :class:`~sepp_anyio.server.Engine` in the caller's event loop.
 
 It has the same duck type as the HTTP/2 channel (``request()`` returning a
-grpclib-style stream), so the real :class:`~sepp_anyio.Client` runs on it
+stream the stubs use), so the real :class:`~sepp_anyio.Client` runs on it
 unchanged. Messages still cross as bytes (serialised and parsed again), as on
 the wire; what is skipped is the socket, HTTP/2 and another process. Because
 the engine runs in the same event loop, trio's ``MockClock`` drives its
@@ -20,9 +20,10 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError, ProtocolError
 
+from .._grpc import GrpcError
+from .._model._error_root import StatusCode
+from .._transport._stream import CallShape
 from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
 from ..server._auth import authenticate
@@ -69,7 +70,7 @@ class MemoryChannel:
     def request(
         self,
         name: str,
-        cardinality: Cardinality,
+        cardinality: CallShape,
         request_type: type[Any],
         reply_type: type[Any],
         *,
@@ -77,7 +78,7 @@ class MemoryChannel:
         deadline: Any = None,
         metadata: Metadata | None = None,
     ) -> _MemoryStream:
-        if cardinality is not Cardinality.UNARY_UNARY:
+        if cardinality.client_streaming or cardinality.server_streaming:
             raise NotImplementedError("sepp.v1 has only unary RPCs")
         absolute = math.inf
         if timeout is not None:
@@ -102,7 +103,7 @@ class MemoryChannel:
     async def _serve(self, name: str, request: Any, metadata: list[tuple[str, str | bytes]]) -> Any:
         self.calls += 1
         if not name.startswith(_SERVICE) or name[len(_SERVICE) :] not in _METHODS:
-            raise GRPCError(Status.UNIMPLEMENTED, f"unknown method {name}")
+            raise GrpcError(StatusCode.UNIMPLEMENTED, f"unknown method {name}")
         header = next((v for k, v in metadata if k == "authorization"), None)
         try:
             authenticate(
@@ -112,12 +113,11 @@ class MemoryChannel:
             method = getattr(self._engine, _METHODS[name[len(_SERVICE) :]])
             return await method(request)
         except EngineError as exc:
-            # The client still reads grpclib's error (until its transport is on _grpc).
-            raise GRPCError(Status(int(exc.status)), exc.message) from None
+            raise GrpcError(exc.status, exc.message) from None
 
 
 class _MemoryStream:
-    """One call; the grpclib stream protocol the generated stubs use."""
+    """One call; the stream protocol the generated stubs use."""
 
     def __init__(
         self,
@@ -151,7 +151,7 @@ class _MemoryStream:
 
     async def send_message(self, message: Any, *, end: bool = False) -> None:
         if self._request is not None:
-            raise ProtocolError("Message was already sent")
+            raise RuntimeError("Message was already sent")
         if not isinstance(message, self._request_type):
             raise TypeError(f"message must be {self._request_type.__name__}")
         await anyio.lowlevel.checkpoint()
@@ -159,7 +159,7 @@ class _MemoryStream:
 
     async def recv_message(self) -> Any:
         if self._request is None:
-            raise ProtocolError("Request was not sent yet")
+            raise RuntimeError("Request was not sent yet")
         if self._done:
             return None
         self._done = True
@@ -167,5 +167,5 @@ class _MemoryStream:
         with anyio.CancelScope(deadline=self._deadline) as scope:
             reply = await self._channel._serve(self._name, request, self._metadata)
         if scope.cancelled_caught:
-            raise GRPCError(Status.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
         return decode(self._reply_type, encode(reply))
