@@ -9,7 +9,13 @@ from __future__ import annotations
 import math
 from typing import Final
 
-__all__ = ["STABLE_TIMEOUT_FROM", "decode_timeout", "encode_stable_timeout", "encode_timeout"]
+__all__ = [
+    "STABLE_TIMEOUT_FROM",
+    "TimeoutSyntaxError",
+    "decode_timeout",
+    "encode_stable_timeout",
+    "encode_timeout",
+]
 
 # Finest first: the encoder picks the finest unit whose value fits in 8 digits.
 _UNITS: Final = (
@@ -22,6 +28,10 @@ _UNITS: Final = (
 )
 _SECONDS_BY_UNIT_BYTE: Final = {ord(unit): scale for unit, scale in _UNITS}
 _MAX_VALUE: Final = 99_999_999
+
+
+class TimeoutSyntaxError(ValueError):
+    """A received ``grpc-timeout`` that is not 1 to 8 digits and a unit."""
 
 
 def encode_timeout(seconds: float) -> bytes:
@@ -69,14 +79,14 @@ def decode_timeout(value: bytes, ceiling: float = math.inf) -> float:
     ``ceiling`` like any other.
 
     Raises:
-        ValueError: not 1 to 8 ASCII digits followed by one of ``HMSmun``.
+        TimeoutSyntaxError: not 1 to 8 ASCII digits followed by one of ``HMSmun``.
     """
     if not 2 <= len(value) <= 9:
-        raise ValueError("grpc-timeout must be 1 to 8 digits and a unit")
+        raise TimeoutSyntaxError("grpc-timeout must be 1 to 8 digits and a unit")
     scale = _SECONDS_BY_UNIT_BYTE.get(value[-1])
     digits = value[:-1]
     # bytes.isdigit() is ASCII-only: no "1.5", no "-1", no other script's digits.
     if scale is None or not digits.isdigit():
-        raise ValueError("grpc-timeout must be 1 to 8 digits and a unit out of HMSmun")
+        raise TimeoutSyntaxError("grpc-timeout must be 1 to 8 digits and a unit out of HMSmun")
     seconds = int(digits) * scale
     return seconds if seconds < ceiling else ceiling

@@ -15,6 +15,8 @@ import math
 import anyio
 import anyio.abc
 
+from .._model._checks import check_seconds
+
 __all__ = ["LoopLag"]
 
 
@@ -33,10 +35,8 @@ class LoopLag:
     )
 
     def __init__(self, interval: float = 0.25, window: float = 1.0) -> None:
-        if not interval > 0:
-            raise ValueError(f"lag sampling interval must be > 0, got {interval!r}")
-        if not window >= 0:
-            raise ValueError(f"lag window must be >= 0, got {window!r}")
+        check_seconds(interval, "lag sampling interval", minimum="positive")
+        check_seconds(window, "lag window")
         self.interval = float(interval)
         self.window = float(window)
         self._asleep_since: float | None = None

@@ -21,6 +21,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = [
     "Counter",
     "CounterSeries",
@@ -107,12 +109,14 @@ class _Family(Generic[S]):
 
     def _add(self, values: tuple[str, ...]) -> S:
         if len(values) != len(self.labelnames):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name} has labels {self.labelnames}, got {len(values)} value(s)"
             )
         for name, value in zip(self.labelnames, values, strict=True):
             if not isinstance(value, str):
-                raise TypeError(f"{self.name}: label {name} must be a str, got {value!r}")
+                raise InvalidArgumentTypeError(
+                    f"{self.name}: label {name} must be a str, got {value!r}"
+                )
         if len(self._series) >= self._max_series:
             overflow = (OVERFLOW_LABEL_VALUE,) * len(values)
             series = self._series.get(overflow)
@@ -244,13 +248,19 @@ class Histogram(_Family[HistogramSeries]):
         if bounds and math.isinf(bounds[-1]) and bounds[-1] > 0:
             bounds = bounds[:-1]  # +Inf is always there
         if not bounds:
-            raise ValueError(f"{name}: a histogram needs at least one finite bucket bound")
+            raise InvalidArgumentError(
+                f"{name}: a histogram needs at least one finite bucket bound"
+            )
         if any(math.isnan(b) or math.isinf(b) for b in bounds):
-            raise ValueError(f"{name}: bucket bounds must be finite, got {bounds}")
+            raise InvalidArgumentError(f"{name}: bucket bounds must be finite, got {bounds}")
         if any(a >= b for a, b in itertools.pairwise(bounds)):
-            raise ValueError(f"{name}: bucket bounds must increase strictly, got {bounds}")
+            raise InvalidArgumentError(
+                f"{name}: bucket bounds must increase strictly, got {bounds}"
+            )
         if "le" in labelnames:
-            raise ValueError(f"{name}: 'le' is reserved for the bucket bound in a histogram")
+            raise InvalidArgumentError(
+                f"{name}: 'le' is reserved for the bucket bound in a histogram"
+            )
         self.buckets = bounds
         self._les = [_format_value(b) for b in bounds] + ["+Inf"]
         super().__init__(name, help, labelnames, max_series)
@@ -284,24 +294,24 @@ class MetricsRegistry:
 
     def __init__(self, *, max_series: int = DEFAULT_MAX_SERIES) -> None:
         if max_series < 1:
-            raise ValueError(f"max_series must be >= 1, got {max_series}")
+            raise InvalidArgumentError(f"max_series must be >= 1, got {max_series}")
         self._max_series = max_series
         self._families: dict[str, _Family[object]] = {}
 
     def _check(self, name: str, labelnames: Sequence[str]) -> None:
         if not _METRIC_NAME.match(name):
-            raise ValueError(f"{name!r} is not a valid metric name")
+            raise InvalidArgumentError(f"{name!r} is not a valid metric name")
         if name in self._families:
-            raise ValueError(f"a metric named {name!r} is already registered")
+            raise InvalidArgumentError(f"a metric named {name!r} is already registered")
         if isinstance(labelnames, str):
-            raise TypeError("labelnames must be a sequence of names, not one str")
+            raise InvalidArgumentTypeError("labelnames must be a sequence of names, not one str")
         for label in labelnames:
             if not isinstance(label, str) or not _LABEL_NAME.match(label):
-                raise ValueError(f"{name}: {label!r} is not a valid label name")
+                raise InvalidArgumentError(f"{name}: {label!r} is not a valid label name")
             if label.startswith("__"):
-                raise ValueError(f"{name}: label names starting with '__' are reserved")
+                raise InvalidArgumentError(f"{name}: label names starting with '__' are reserved")
         if len(set(labelnames)) != len(labelnames):
-            raise ValueError(f"{name}: duplicate label names in {tuple(labelnames)}")
+            raise InvalidArgumentError(f"{name}: duplicate label names in {tuple(labelnames)}")
 
     def counter(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Counter:
         """Register a counter.

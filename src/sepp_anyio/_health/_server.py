@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
+from .._model._checks import check_count, check_seconds
 from ._http import Reply, serve_connection
 from ._lag import LoopLag
 from ._source import HealthSource
@@ -42,19 +42,11 @@ _ACCEPT_PAUSE = 0.1
 
 
 def _positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_seconds(value, name, minimum="positive")
 
 
 def _count(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+    return check_count(value, name)
 
 
 class HealthServer:

@@ -26,6 +26,7 @@ from typing import Protocol
 
 import anyio
 
+from .._model._checks import check_seconds
 from ._metrics import MetricsRegistry
 from ._worker_metrics import WorkerMetrics
 
@@ -163,10 +164,7 @@ class WorkerHealth:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         for value, label in ((wait, "wait"), (margin, "margin"), (unready_after, "unready_after")):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{label} must be a number of seconds, got {value!r}")
-            if not value >= 0 or value == float("inf"):
-                raise ValueError(f"{label} must be a finite number of seconds >= 0, got {value!r}")
+            check_seconds(value, label)
         self._limit = float(wait) + float(margin)
         self._unready_after = float(unready_after)
         self._lanes: dict[str, LaneProbe] = {}

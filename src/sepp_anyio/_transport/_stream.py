@@ -47,7 +47,7 @@ from .._grpc import (
     status_from_http,
 )
 from .._http2 import LocalProtocolError
-from .._model._error_root import StatusCode
+from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
 
@@ -414,7 +414,9 @@ class Stream:
         if self._end_sent:
             raise RuntimeError("Stream is ended")
         if not isinstance(message, self._send_type):
-            raise TypeError(f"message must be {self._send_type.__name__}, not {type(message)!r}")
+            raise InvalidArgumentTypeError(
+                f"message must be {self._send_type.__name__}, not {type(message)!r}"
+            )
         body = encode_message(encode(message))
         self._message_sent = True
         if not self._cardinality.client_streaming:

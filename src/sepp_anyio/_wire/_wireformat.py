@@ -15,6 +15,7 @@ __all__ = [
     "MASK64",
     "DecodeError",
     "OutOfRangeError",
+    "UnencodableError",
     "duration_fields",
     "duration_value",
     "not_utf8",
@@ -46,11 +47,16 @@ MASK32 = (1 << 32) - 1
 MASK64 = (1 << 64) - 1
 
 
+class UnencodableError(ValueError):
+    """A value the wire cannot carry (an integer beyond 64 bits, a naive datetime): a
+    ``ValueError``, as betterproto2 raises for the same values."""
+
+
 def varint(value: int) -> bytes:
     """Encode ``value`` as betterproto2 does: negatives as their 64-bit two's complement."""
     if value < 0:
         if value < -(1 << 63):
-            raise ValueError(
+            raise UnencodableError(
                 "Negative value is not representable as a 64-bit integer - "
                 "unable to encode a varint within 10 bytes."
             )
@@ -124,7 +130,7 @@ def out_of_range(where: str, what: str) -> OutOfRangeError:
 
 def timestamp_fields(value: datetime.datetime) -> tuple[int, int]:
     if not value.tzinfo:
-        raise ValueError("datetime must be timezone aware")
+        raise UnencodableError("datetime must be timezone aware")
     offset = value.astimezone(datetime.UTC) - _EPOCH
     offset_us = (offset.days * 86400 + offset.seconds) * 10**6 + offset.microseconds
     seconds, micros = divmod(offset_us, 10**6)

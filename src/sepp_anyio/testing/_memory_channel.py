@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from .._grpc import GrpcError
-from .._model._error_root import StatusCode
+from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._transport._stream import CallShape
 from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
@@ -153,7 +153,7 @@ class _MemoryStream:
         if self._request is not None:
             raise RuntimeError("Message was already sent")
         if not isinstance(message, self._request_type):
-            raise TypeError(f"message must be {self._request_type.__name__}")
+            raise InvalidArgumentTypeError(f"message must be {self._request_type.__name__}")
         await anyio.lowlevel.checkpoint()
         self._request = encode(message)
 
