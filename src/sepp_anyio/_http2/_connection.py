@@ -105,10 +105,8 @@ from ._settings import (
 )
 from ._stream import (
     CLOSED,
-    HALF_CLOSED_LOCAL,
-    HALF_CLOSED_REMOTE,
-    OPEN,
     RECV_END_STREAM,
+    RECV_HEADERS,
     RECV_RST,
     SEND_END_STREAM,
     SEND_HEADERS,
@@ -426,7 +424,7 @@ class Connection:
         """How many DATA bytes :meth:`send_data` could send on ``stream_id`` now
         (0 for a stream that is not open for sending)."""
         stream = self._streams.get(stream_id)
-        if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
+        if stream is None or not stream.open_for_sending:
             return 0
         window = stream.send_window
         if self._send_window < window:
@@ -554,7 +552,7 @@ class Connection:
                     stream is not None
                     and not flags & _PADDED
                     and (length or flags & _END_STREAM)
-                    and (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL)
+                    and stream.open_for_receiving
                     and length <= inbound.available
                     and length <= stream.recv_available
                     and stream.content_length < 0
@@ -693,7 +691,7 @@ class Connection:
         else:
             self._empty_run = 0
         stream = self._streams.get(stream_id)
-        if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL):
+        if stream is None or not stream.open_for_receiving:
             self._refund(length)
             self._frame_on_closed(stream_id, stream, "DATA", events, length)
             return
@@ -886,7 +884,7 @@ class Connection:
             self._frame_on_closed(stream_id, None, "HEADERS", events)
             return
         decoded = self._decode(block)
-        if not (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL):
+        if not stream.open_for_receiving:
             self._frame_on_closed(stream_id, stream, "HEADERS", events)
             return
         if self_dependent:
@@ -986,7 +984,9 @@ class Connection:
             self._refuse(stream_id, ErrorCode.REFUSED_STREAM)
             return
         stream = Stream(stream_id, self._peer.initial_window_size, self._stream_window)
-        stream.state = HALF_CLOSED_REMOTE if end_stream else OPEN
+        stream.apply(RECV_HEADERS)
+        if end_stream:
+            stream.apply(RECV_END_STREAM)
         stream.headers_received = True
         if decoded.size > limits.max_header_list_size:
             self._streams[stream_id] = stream
@@ -1120,7 +1120,7 @@ class Connection:
             elif not self._ended.late_frame(stream_id):
                 self._glitch("RST_STREAM on a closed stream")
             return
-        stream.advance(RECV_RST)
+        stream.apply(RECV_RST)
         self._ended.add(stream_id, _LATE_FRAMES_AFTER_PEER_RESET, peer_reset=True)
         events.append(StreamReset(stream_id, error_code(code), True))
         if not self.client_side:
@@ -1242,7 +1242,7 @@ class Connection:
         """The peer broke the protocol on ``stream``: reset it, the connection goes on."""
         stream_id = stream.stream_id
         del self._streams[stream_id]
-        stream.advance(SEND_RST)
+        stream.apply(SEND_RST)
         events.append(StreamReset(stream_id, code, False, reason))
         self._reset_closed(stream_id, code, stream.recv_available)
 
@@ -1271,8 +1271,7 @@ class Connection:
 
     def _end_remote(self, stream: Stream) -> None:
         """The peer ended its side of ``stream``."""
-        stream.advance(RECV_END_STREAM)
-        if stream.state == CLOSED:
+        if stream.apply(RECV_END_STREAM) == CLOSED:
             self._completed(stream)
 
     def _completed(self, stream: Stream) -> None:
@@ -1378,7 +1377,9 @@ class Connection:
         block = self._encoder.encode(headers, extra, cache_key)
         self._next_stream_id = stream_id + 2
         stream = Stream(stream_id, self._peer.initial_window_size, self._stream_window)
-        stream.state = HALF_CLOSED_LOCAL if end_stream else OPEN
+        stream.apply(SEND_HEADERS)
+        if end_stream:
+            stream.apply(SEND_END_STREAM)
         stream.headers_sent = True
         self._streams[stream_id] = stream
         self._write_headers(stream_id, block, end_stream)
@@ -1407,22 +1408,21 @@ class Connection:
         if self._closed:
             raise ConnectionClosedError("the connection is closed")
         stream = self._streams.get(stream_id)
-        if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
+        # (HEADERS keep the state: the table's answer is the open-for-sending check.)
+        if stream is None or not stream.advance(SEND_HEADERS):
             raise StreamClosedError(stream_id, "sending headers")
         if stream.headers_sent and not end_stream:
             raise LocalProtocolError("trailers must end the stream")
         self._header_list_size(headers, extra, cache_key)
         block = self._encoder.encode(headers, extra, cache_key)
         stream.headers_sent = True
-        stream.advance(SEND_HEADERS)
         self._write_headers(stream_id, block, end_stream)
         self._ping_reset_pending = True
         if end_stream:
             self._end_local(stream)
 
     def _end_local(self, stream: Stream) -> None:
-        stream.advance(SEND_END_STREAM)
-        if stream.state == CLOSED:
+        if stream.apply(SEND_END_STREAM) == CLOSED:
             self._completed(stream)
 
     def send_data(
@@ -1445,7 +1445,7 @@ class Connection:
         if self._closed:
             raise ConnectionClosedError("the connection is closed")
         stream = self._streams.get(stream_id)
-        if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_REMOTE):
+        if stream is None or not stream.open_for_sending:
             raise StreamClosedError(stream_id, "sending data")
         if not stream.headers_sent:
             raise LocalProtocolError("DATA before the response headers")
@@ -1508,7 +1508,7 @@ class Connection:
         stream = self._streams.pop(stream_id, None)
         if stream is None or self._closed:
             return False
-        stream.advance(SEND_RST)
+        stream.apply(SEND_RST)
         self._resets.add(stream_id, stream.recv_available)
         self._out.append(F.rst_stream(stream_id, code))
         self._out_bytes += 13
@@ -1545,7 +1545,7 @@ class Connection:
         if increment:
             self._queue_update(0, increment)
         stream = self._streams.get(stream_id)
-        if stream is None or not (stream.state == OPEN or stream.state == HALF_CLOSED_LOCAL):
+        if stream is None or not stream.open_for_receiving:
             return
         room = self._stream_window - stream.recv_available - stream.recv_unacked
         if length > room:
