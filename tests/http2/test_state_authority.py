@@ -1,8 +1,9 @@
 """The state machines are the only writers of the state they keep (an AST check).
 
 A stream's ``state`` and the two flags derived from it are assigned in ``_stream``
-only, so every change goes through its transition table; nothing else in the
-package may write them (nor reach them through ``setattr``).
+only, so every change goes through its transition table; the connection's phase, its
+GOAWAYs and its handshake in ``_state`` only. Nothing else in the package may write
+them (nor reach them through ``setattr``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ OWNERS = {
     "state": "_stream.py",
     "open_for_sending": "_stream.py",
     "open_for_receiving": "_stream.py",
+    "_phase": "_state.py",
+    "_closed": "_state.py",
+    "_goaway_sent": "_state.py",
+    "_goaway_received": "_state.py",
+    "_settings_received": "_state.py",
+    "_settings_unacked": "_state.py",
 }
 
 

@@ -103,6 +103,7 @@ from ._settings import (
     PeerSettings,
     SettingCode,
 )
+from ._state import ConnectionState
 from ._stream import (
     CLOSED,
     RECV_END_STREAM,
@@ -141,7 +142,7 @@ _unpack_header = F.HEADER.unpack_from
 _pack_header = F.HEADER.pack
 
 
-class Connection:
+class Connection(ConnectionState):
     """An HTTP/2 connection in the client or the server role.
 
     The connection preface (a client's magic string) and our SETTINGS are queued at
@@ -164,15 +165,12 @@ class Connection:
         "_block_self_dependent",
         "_block_stream",
         "_careful",
-        "_closed",
         "_control_frames",
         "_decoder",
         "_empty_run",
         "_encoder",
         "_ended",
         "_glitches",
-        "_goaway_received",
-        "_goaway_sent",
         "_header_sizes",
         "_highest_peer_stream",
         "_inbound",
@@ -192,8 +190,6 @@ class Connection:
         "_reset_budget",
         "_resets",
         "_send_window",
-        "_settings_received",
-        "_settings_unacked",
         "_stream_threshold",
         "_stream_window",
         "_streams",
@@ -222,15 +218,13 @@ class Connection:
                 raise ValueError(f"{name} must be within 65535 .. 2**31 - 1, not {value}")
         if not DEFAULT_MAX_FRAME_SIZE <= limits.max_frame_size <= MAX_MAX_FRAME_SIZE:
             raise ValueError("max_frame_size must be within 2**14 .. 2**24 - 1")
+        ConnectionState.__init__(self)
         self.client_side = client_side
         self.limits = limits
         self._streams: dict[int, Stream] = {}
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         self._control_frames = 0
-        self._closed = False
-        self._goaway_sent: int | None = None
-        self._goaway_received: int | None = None
         self._next_stream_id = 1 if client_side else 2
         self._highest_peer_stream = 0
         self._last_processed = 0
@@ -273,8 +267,6 @@ class Connection:
         self._now = 0.0
         self._partial = bytearray()
         self._preface_got = len(F.CLIENT_PREFACE) if client_side else 0
-        self._settings_received = False
-        self._settings_unacked = 1
         self._block: bytearray | None = None
         self._block_stream = 0
         self._block_end_stream = False
@@ -303,33 +295,6 @@ class Connection:
             self._queue(F.window_update(0, connection_window - DEFAULT_WINDOW))
 
     # ------------------------------------------------------------ state
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection is closed: after a connection error, an error GOAWAY
-        sent or received, or :meth:`close`. Queued output may still be sent."""
-        return self._closed
-
-    @property
-    def handshake_complete(self) -> bool:
-        """Whether the peer's preface (for a server, the client's magic string) and
-        first SETTINGS have arrived."""
-        return self._settings_received
-
-    @property
-    def settings_acknowledged(self) -> bool:
-        """Whether the peer has acknowledged our SETTINGS (time this out yourself)."""
-        return self._settings_unacked == 0
-
-    @property
-    def goaway_received(self) -> int | None:
-        """The last-stream-id of the peer's most recent GOAWAY, or None."""
-        return self._goaway_received
-
-    @property
-    def goaway_sent(self) -> int | None:
-        """The last-stream-id of our most recent GOAWAY, or None."""
-        return self._goaway_sent
 
     @property
     def open_streams(self) -> int:
@@ -1133,19 +1098,18 @@ class Connection:
         if stream_id != 0:
             raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & _ACK:
-            if self._settings_unacked == 0:
+            if not self._receive_settings_ack():
                 self._glitch("unexpected SETTINGS ACK")
                 return
-            self._settings_unacked -= 1
             events.append(SettingsAcknowledged())
             return
-        if self._settings_received:
+        first = self._receive_settings()
+        if not first:
             self._glitch("SETTINGS after the first")
         peer = self._peer
         old_window = peer.initial_window_size
         changed = peer.apply(F.unpack_settings(buf, start, end))
-        if not self._settings_received:
-            self._settings_received = True
+        if first:
             self._careful = self._block is not None
             if SettingCode.MAX_CONCURRENT_STREAMS not in changed:
                 # Assumed only until the peer's SETTINGS: without the setting, no limit.
@@ -1213,12 +1177,7 @@ class Connection:
             raise ProtocolViolation(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
         last, code = F.unpack_u32_pair(buf, start)
         last &= 0x7FFFFFFF
-        previous = self._goaway_received
-        if previous is not None and last > previous:
-            raise ProtocolViolation(
-                ErrorCode.PROTOCOL_ERROR, "GOAWAY raised the last stream id of an earlier one"
-            )
-        self._goaway_received = last
+        self._receive_goaway(last, code)
         unprocessed: list[int] = []
         if self.client_side:
             for other in self._streams:
@@ -1231,8 +1190,6 @@ class Connection:
         events.append(
             GoAwayReceived(error_code(code), last, buf[start + 8 : end], tuple(unprocessed))
         )
-        if code != ErrorCode.NO_ERROR:
-            self._closed = True
 
     # ------------------------------------------------------------ errors
 
@@ -1260,9 +1217,8 @@ class Connection:
 
     def _connection_error(self, code: ErrorCode, reason: str, events: list[Event]) -> None:
         last = 0 if self.client_side else self._last_processed
+        self._fail(last)
         self._queue(F.goaway(last, code, reason.encode("ascii", "replace")))
-        self._goaway_sent = last
-        self._closed = True
         self._partial.clear()
         self._block = None
         events.append(ConnectionTerminated(code, reason, last))
@@ -1364,8 +1320,7 @@ class Connection:
         """
         if not self.client_side:
             raise LocalProtocolError("a server does not open streams")
-        if self._closed or self._goaway_received is not None or self._goaway_sent is not None:
-            raise ConnectionClosedError("the connection takes no new streams")
+        self._check_new_stream()
         stream_id = self._next_stream_id
         if stream_id > MAX_STREAM_ID:
             raise StreamIdsExhaustedError("no stream ids left on this connection")
@@ -1600,26 +1555,16 @@ class Connection:
             LocalProtocolError: ``last_stream_id`` above that of an earlier GOAWAY.
             ConnectionClosedError: the connection is closed.
         """
-        if self._closed:
-            raise ConnectionClosedError("the connection is closed")
         if last_stream_id is None:
             last_stream_id = 0 if self.client_side else self._last_processed
-        if self._goaway_sent is not None and last_stream_id > self._goaway_sent:
-            raise LocalProtocolError("a GOAWAY cannot raise the last stream id of an earlier one")
+        self._send_goaway(last_stream_id, error_code)
         self._queue(F.goaway(last_stream_id, error_code, debug_data))
-        self._goaway_sent = last_stream_id
-        if error_code != ErrorCode.NO_ERROR:
-            self._closed = True
 
     def close(self, error_code: int = ErrorCode.NO_ERROR, debug_data: bytes = b"") -> None:
         """Send a final GOAWAY (unless closed already) and close the connection."""
-        if not self._closed:
-            last = 0 if self.client_side else self._last_processed
-            if self._goaway_sent is not None and last > self._goaway_sent:
-                last = self._goaway_sent
+        last = self._close(0 if self.client_side else self._last_processed)
+        if last is not None:
             self._queue(F.goaway(last, error_code, debug_data))
-            self._goaway_sent = last
-        self._closed = True
 
 
 _KIND = {REQUEST: "request", RESPONSE: "response", TRAILERS: "trailers"}
