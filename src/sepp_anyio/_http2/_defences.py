@@ -29,6 +29,8 @@ class Defences(ConnectionBase):
 
     __slots__ = ()
 
+    # Limits ----------------------------------------------------------------
+
     def _reply(self, data: bytes) -> None:
         """Queue a control frame the peer's input made us send; too many of them waiting
         means the peer sends and does not read."""
@@ -125,6 +127,8 @@ class Defences(ConnectionBase):
         if increment:
             self._reply(F.window_update(0, increment))
 
+    # Frames on streams that do not take them -------------------------------
+
     def _frame_on_closed(
         self,
         stream_id: int,
@@ -178,6 +182,8 @@ class Defences(ConnectionBase):
         self._glitch(f"{what} on a closed stream")
         self._reset_closed(stream_id, ErrorCode.STREAM_CLOSED, 0)
 
+    # Keepalive enforcement (server role) -----------------------------------
+
     def _enforce_keepalive(self) -> None:
         """Server role: count a strike for a PING sooner than the policy allows
         (grpc-go's enforcement policy, ``http2-hardening.md`` section 6)."""
@@ -201,6 +207,8 @@ class Defences(ConnectionBase):
             self._ping_strikes += 1
             if self._ping_strikes > limits.keepalive_max_strikes:
                 raise ProtocolViolation(ErrorCode.ENHANCE_YOUR_CALM, "too_many_pings")
+
+    # Errors (RFC 9113 section 5.4) -----------------------------------------
 
     def _stream_error(
         self, stream: Stream, code: ErrorCode, reason: str, events: list[Event]

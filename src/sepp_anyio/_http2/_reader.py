@@ -177,6 +177,8 @@ class Reader(Defences):
                 return size
         return pos
 
+    # DATA ------------------------------------------------------------------
+
     def _on_data(
         self, buf: bytes, start: int, end: int, flags: int, stream_id: int, events: list[Event]
     ) -> None:
@@ -224,6 +226,8 @@ class Reader(Defences):
             events.append(DataReceived(stream_id, buf[start:end], length, True))
         else:
             events.append(DataReceived(stream_id, buf[start:end], length, False))
+
+    # HEADERS and CONTINUATION ----------------------------------------------
 
     def _on_headers(
         self, buf: bytes, start: int, end: int, flags: int, stream_id: int, events: list[Event]
@@ -463,6 +467,8 @@ class Reader(Defences):
         """Server role: reset a new stream before handing it over."""
         self._reset_closed(stream_id, code, self._stream_window)
 
+    # Other frames ----------------------------------------------------------
+
     def _on_other(
         self,
         kind: int,
@@ -644,6 +650,8 @@ class Reader(Defences):
         events.append(
             GoAwayReceived(error_code(code), last, buf[start + 8 : end], tuple(unprocessed))
         )
+
+    # Stream ends -----------------------------------------------------------
 
     def _end_remote(self, stream: Stream) -> None:
         """The peer ended its side of ``stream``."""
