@@ -4,19 +4,54 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from sepp_anyio._http2._closed import ResetStreams
+from sepp_anyio._http2._errors import LocalProtocolError
 from sepp_anyio._http2._stream import TRANSITIONS, Input, State, Stream
 
 from ._support import REQUEST, RESPONSE, TRAILERS, Peer, client, describe, feed, server
 
+# A path through the table from idle to each state (the table is the only way to set one).
+_PATHS = {
+    State.IDLE: (),
+    State.OPEN: (Input.SEND_HEADERS,),
+    State.HALF_CLOSED_LOCAL: (Input.SEND_HEADERS, Input.SEND_END_STREAM),
+    State.HALF_CLOSED_REMOTE: (Input.RECV_HEADERS, Input.RECV_END_STREAM),
+    State.CLOSED: (Input.SEND_HEADERS, Input.SEND_RST),
+}
+
+
+def _at(state: State) -> Stream:
+    stream = Stream(1, 0, 0)
+    for what in _PATHS[state]:
+        stream.apply(what)
+    assert stream.state == state
+    return stream
+
 
 def test_every_pair_follows_the_table() -> None:
     for state, what in itertools.product(State, Input):
-        stream = Stream(1, 0, 0)
-        stream.state = state
+        stream = _at(state)
         expected = TRANSITIONS.get((state, what))
         assert stream.advance(what) is (expected is not None)
-        assert stream.state == (expected if expected is not None else state)
+        now = expected if expected is not None else state
+        assert stream.state == now
+        # The two flags follow the state, whatever the path.
+        assert stream.open_for_sending is (now in (State.OPEN, State.HALF_CLOSED_REMOTE))
+        assert stream.open_for_receiving is (now in (State.OPEN, State.HALF_CLOSED_LOCAL))
+
+
+def test_apply_raises_where_advance_refuses() -> None:
+    for state, what in itertools.product(State, Input):
+        stream = _at(state)
+        expected = TRANSITIONS.get((state, what))
+        if expected is None:
+            with pytest.raises(LocalProtocolError, match=f"{what.name} not allowed in"):
+                stream.apply(what)
+            assert stream.state == state
+        else:
+            assert stream.apply(what) == expected == stream.state
 
 
 def test_rfc_9113_paths() -> None:
@@ -44,15 +79,13 @@ def test_rfc_9113_paths() -> None:
         assert stream.state == state
     # Nothing leaves closed; sending after our END_STREAM is refused.
     assert not any(stream.advance(what) for what in Input)
-    stream = Stream(1, 0, 0)
-    stream.state = State.HALF_CLOSED_LOCAL
+    stream = _at(State.HALF_CLOSED_LOCAL)
     assert not stream.advance(Input.SEND_DATA)
     assert not stream.advance(Input.SEND_HEADERS)
     # A reset closes any open state.
     for state in (State.OPEN, State.HALF_CLOSED_LOCAL, State.HALF_CLOSED_REMOTE):
         for what in (Input.SEND_RST, Input.RECV_RST):
-            stream = Stream(1, 0, 0)
-            stream.state = state
+            stream = _at(state)
             assert stream.advance(what) and stream.state == State.CLOSED
 
 

@@ -2,9 +2,15 @@
 
 Layout, one idea per module:
 
-* ``_connection``: :class:`Connection`, the one stateful object, client and server role;
+* ``_connection``: :class:`Connection`, the one stateful object, client and server role,
+  made of ``_base`` (its slots, construction and output queue), ``_reader`` (bytes in
+  -> events), ``_defences`` (the limits and the protocol errors) and ``_sender`` (send
+  methods -> bytes);
+* ``_state``: the connection's own state machine (open, draining, closed; its GOAWAYs
+  and the SETTINGS handshake);
+* ``_stream``: the per-stream state machine (RFC 9113 section 5.1), the only writer of
+  a stream's state;
 * ``_frames``: the frame header and the frame builders;
-* ``_stream``: the per-stream state machine (RFC 9113 section 5.1);
 * ``_flow``: windows and the window-update policy;
 * ``_settings``: SETTINGS identifiers and the peer's values;
 * ``_hpack``: the ``hpack`` package's coder with our caches and literal writer;

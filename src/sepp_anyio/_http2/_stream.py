@@ -24,7 +24,14 @@ SETTINGS_ENABLE_PUSH 0), so the two "reserved" states cannot occur::
 
 HEADERS (response headers, trailers) and DATA keep a stream in its state while its
 side is open. :data:`TRANSITIONS` lists every allowed (state, input) pair; anything
-else is not allowed (:meth:`Stream.advance` returns False and changes nothing). A
+else is not allowed (:meth:`Stream.advance` returns False and changes nothing;
+:meth:`Stream.apply`, for inputs the caller has already checked, raises).
+
+This module is the only writer of a stream's state: ``state`` and the two flags
+derived from it, ``open_for_sending`` and ``open_for_receiving``, change only through
+the table (a test checks that no other module assigns them). The flags are plain
+slots rather than properties so that the connection's DATA path reads one attribute
+instead of comparing the state twice. A
 closed stream is dropped by the connection at once: what it still needs to know about
 closed streams (which ones it reset recently, and how the others ended: both
 END_STREAMs or the peer's RST_STREAM) lives in :mod:`._closed`.
@@ -37,6 +44,8 @@ stream costs one small object.
 from __future__ import annotations
 
 from enum import IntEnum
+
+from ._errors import LocalProtocolError
 
 __all__ = ["TRANSITIONS", "Input", "State", "Stream"]
 
@@ -103,6 +112,10 @@ for (_state, _input), _new in TRANSITIONS.items():
     _TABLE[_state * 8 + _input] = _new
 del _state, _input, _new
 
+# Per state: whether our side, and the peer's side, may still send HEADERS or DATA.
+_SENDING = (False, True, False, True, False)
+_RECEIVING = (False, True, True, False, False)
+
 # Plain ints for the connection's hot path (IntEnum comparisons go through __eq__).
 IDLE, OPEN, HALF_CLOSED_LOCAL, HALF_CLOSED_REMOTE, CLOSED = 0, 1, 2, 3, 4
 SEND_HEADERS, SEND_DATA, SEND_END_STREAM, SEND_RST = 0, 1, 2, 3
@@ -117,6 +130,8 @@ class Stream:
         "delivered",
         "headers_received",
         "headers_sent",
+        "open_for_receiving",
+        "open_for_sending",
         "recv_available",
         "recv_unacked",
         "send_window",
@@ -127,6 +142,10 @@ class Stream:
     def __init__(self, stream_id: int, send_window: int, recv_window: int) -> None:
         self.stream_id = stream_id
         self.state = IDLE
+        # Whether our side (the peer's side) may still send HEADERS or DATA: derived
+        # from ``state``, written only with it.
+        self.open_for_sending = False
+        self.open_for_receiving = False
         self.send_window = send_window
         self.recv_available = recv_window
         self.recv_unacked = 0
@@ -145,17 +164,28 @@ class Stream:
         if new < 0:
             return False
         self.state = new
+        self.open_for_sending = _SENDING[new]
+        self.open_for_receiving = _RECEIVING[new]
         return True
 
-    @property
-    def open_for_sending(self) -> bool:
-        """Whether our side may still send HEADERS or DATA."""
-        return self.state == OPEN or self.state == HALF_CLOSED_REMOTE
+    def apply(self, what: int) -> int:
+        """Apply ``what``, which the caller knows is allowed; return the new state.
 
-    @property
-    def open_for_receiving(self) -> bool:
-        """Whether the peer's side may still send HEADERS or DATA."""
-        return self.state == OPEN or self.state == HALF_CLOSED_LOCAL
+        Raises:
+            LocalProtocolError: the table does not allow ``what`` here (a bug of the
+                caller's, never the peer's doing: the connection checks the peer's
+                frames against ``open_for_receiving`` first).
+        """
+        new = _TABLE[self.state * 8 + what]
+        if new < 0:
+            raise LocalProtocolError(
+                f"stream {self.stream_id}: {Input(what).name} not allowed in"
+                f" {State(self.state).name}"
+            )
+        self.state = new
+        self.open_for_sending = _SENDING[new]
+        self.open_for_receiving = _RECEIVING[new]
+        return new
 
     def __repr__(self) -> str:
         return f"<Stream {self.stream_id} {State(self.state).name}>"
