@@ -232,7 +232,7 @@ def _describe_value(f: dataclasses.Field[Any]) -> tuple[str, str]:
 
 
 #: The modules that declare the configuration's dataclasses.
-CONFIG_MODULES = ("sepp_anyio.server._sections", "sepp_anyio.server._config")
+CONFIG_MODULES = ("sepp_anyio.server._config._sections", "sepp_anyio.server._config._config")
 
 
 def config_keys() -> list[ConfigKey]:

@@ -61,13 +61,13 @@ from typing import Any, Final, Self, final
 import anyio
 
 from .._version import __version__
-from ._config import ServerConfig
+from ._config._config import ServerConfig
+from ._config._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
 from ._errors import ConfigError
-from ._memory import MemoryStore
-from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, default_backend, serve
-from ._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
-from ._sqlite import SqliteStore
-from ._store import Store
+from ._network._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, default_backend, serve
+from ._store._memory import MemoryStore
+from ._store._sqlite import SqliteStore
+from ._store._store import Store
 
 __all__ = [
     "DEFAULT_DB_PATH",

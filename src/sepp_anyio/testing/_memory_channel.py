@@ -25,7 +25,7 @@ from grpclib.exceptions import GRPCError, ProtocolError
 
 from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
-from ..server._auth import authenticate
+from ..server._network._auth import authenticate
 
 __all__ = ["MemoryChannel"]
 
