@@ -51,7 +51,7 @@ CLI_PARSERS: dict[str, tuple[str, str]] = {
     "enqueue": ("sepp_anyio._cli._producer", "enqueue_parser"),
     "info": ("sepp_anyio._cli._producer", "info_parser"),
     "dlq": ("sepp_anyio._cli._producer", "dlq_parser"),
-    "server": ("sepp_anyio.server._cli", "build_parser"),
+    "server": ("sepp_anyio._cli._server", "build_parser"),
 }
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 
-from ._cli import ServerProcess as ServerProcess
 from ._config._config import ServerConfig as ServerConfig
 from ._config._sections import ApiKey as ApiKey
 from ._config._sections import AuthConfig as AuthConfig
@@ -37,6 +36,7 @@ from ._network._network import NetworkServer as NetworkServer
 from ._network._network import ServerThread as ServerThread
 from ._network._network import serve as serve
 from ._network._network import server_ssl_context as server_ssl_context
+from ._process import ServerProcess as ServerProcess
 from ._store._memory import MemoryStore as MemoryStore
 from ._store._records import DeadLetter as DeadLetter
 from ._store._records import DeadLetterCause as DeadLetterCause
