@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import hpack
 
-from sepp_anyio.server._cli import ServerProcess
+from sepp_anyio.server import ServerProcess
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

@@ -44,7 +44,8 @@ nitpick_ignore_regex = [
     # A Store's write operations (Store.commit's argument), private records of the server.
     (
         "py:class",
-        r"sepp_anyio\.server\._records\.(Put|Delete)\w+|sepp_anyio\.server\._records\.DedupEntry",
+        r"sepp_anyio\.server\._store\._records\.(Put|Delete)\w+"
+        r"|sepp_anyio\.server\._store\._records\.DedupEntry",
     ),
     # Structural types and type variables of signatures (underscored: not public).
     ("py:class", r"sepp_anyio\.(\w+\.)*_[A-Za-z]\w*"),
@@ -68,9 +69,9 @@ nitpick_ignore_regex = [
     # limits, the server's derived limits, one served connection, its connection caps).
     (
         "py:class",
-        r"sepp_anyio\._http2\._limits\.Limits|sepp_anyio\.server\._netlimits\.NetworkLimits"
-        r"|sepp_anyio\.server\._served\.ServedConnection"
-        r"|sepp_anyio\.server\._admission\.Admission",
+        r"sepp_anyio\._http2\._limits\.Limits|sepp_anyio\.server\._network\._netlimits\.NetworkLimits"
+        r"|sepp_anyio\.server\._network\._served\.ServedConnection"
+        r"|sepp_anyio\.server\._network\._admission\.Admission",
     ),
 ]
 primary_domain = "py"

@@ -51,7 +51,7 @@ CLI_PARSERS: dict[str, tuple[str, str]] = {
     "enqueue": ("sepp_anyio._cli._producer", "enqueue_parser"),
     "info": ("sepp_anyio._cli._producer", "info_parser"),
     "dlq": ("sepp_anyio._cli._producer", "dlq_parser"),
-    "server": ("sepp_anyio.server._cli", "build_parser"),
+    "server": ("sepp_anyio._cli._server", "build_parser"),
 }
 
 
@@ -232,7 +232,7 @@ def _describe_value(f: dataclasses.Field[Any]) -> tuple[str, str]:
 
 
 #: The modules that declare the configuration's dataclasses.
-CONFIG_MODULES = ("sepp_anyio.server._sections", "sepp_anyio.server._config")
+CONFIG_MODULES = ("sepp_anyio.server._config._sections", "sepp_anyio.server._config._config")
 
 
 def config_keys() -> list[ConfigKey]:

@@ -56,8 +56,8 @@ from sepp_anyio import (
     UnknownQueuesError,
 )
 from sepp_anyio.server import ManualClock, MemoryStore
-from sepp_anyio.server._auth import MISSING_KEY, WRONG_KEY
-from sepp_anyio.server._records import StoreContents, Write
+from sepp_anyio.server._network._auth import MISSING_KEY, WRONG_KEY
+from sepp_anyio.server._store._records import StoreContents, Write
 from sepp_anyio.testing import open_in_memory_client
 
 from . import cancel_once_blocked, open_client

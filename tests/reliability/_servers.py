@@ -32,11 +32,11 @@ from sepp_anyio.server import (
     EngineError,
     NetworkServer,
     ServerConfig,
+    ServerProcess,
     SqliteStore,
     StorageConfig,
 )
-from sepp_anyio.server._cli import ServerProcess
-from sepp_anyio.server._network import call_soon_threadsafe, default_backend
+from sepp_anyio.server._network._network import call_soon_threadsafe, default_backend
 
 __all__ = ["RETENTION_ENV", "FaultServer", "durable_server", "start_process"]
 

@@ -13,7 +13,7 @@ import betterproto2
 from sepp_anyio._proto.google.protobuf import Empty
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Clock, Engine, ManualClock, MemoryStore, ServerConfig, Store
-from sepp_anyio.server._records import StoreContents, Write
+from sepp_anyio.server._store._records import StoreContents, Write
 
 #: The ManualClock start used by every test (2023-11-14T22:13:20Z).
 T0 = 1_700_000_000_000

@@ -23,7 +23,7 @@ from sepp_anyio.server import (
     ServerConfig,
     StorageConfig,
 )
-from sepp_anyio.server._policy import retry_delay_ms
+from sepp_anyio.server._engine._policy import retry_delay_ms
 
 from ._helpers import (
     T0,

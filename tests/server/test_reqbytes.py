@@ -3,7 +3,7 @@ resumed when bytes leave."""
 
 from __future__ import annotations
 
-from sepp_anyio.server._reqbytes import ConnectionRequestBytes, RequestBytes
+from sepp_anyio.server._network._reqbytes import ConnectionRequestBytes, RequestBytes
 
 
 def paused(connection: ConnectionRequestBytes) -> bool:

@@ -1,6 +1,6 @@
 """A failing store (a full disk): held, retried with backoff, recovered, nothing lost or doubled.
 
-The rule under test is the one in ``server/_committer.py``: a failed commit is not answered
+The rule under test is the one in ``server/_engine/_committer.py``: a failed commit is not answered
 but retried, the same writes in the same order, until it succeeds; new RPCs are refused with
 UNAVAILABLE naming storage (and change nothing) while it fails; GetServerInfo still answers;
 an engine stopped while the store still fails answers the held RPCs INTERNAL and leaves
@@ -35,8 +35,11 @@ import trio.testing
 
 from sepp_anyio import StatusCode
 from sepp_anyio.server import Engine, EngineError, ManualClock, MemoryStore, SqliteStore, Store
-from sepp_anyio.server._committer import STORAGE_RETRY_INITIAL_DELAY, STORAGE_RETRY_MAX_DELAY
-from sepp_anyio.server._records import PutJob, StoreContents, Write
+from sepp_anyio.server._engine._committer import (
+    STORAGE_RETRY_INITIAL_DELAY,
+    STORAGE_RETRY_MAX_DELAY,
+)
+from sepp_anyio.server._store._records import PutJob, StoreContents, Write
 from tests.worker._vtime import VirtualTimeLoop
 
 from ._helpers import T0, ack, drain, enqueue, job, reserve, running

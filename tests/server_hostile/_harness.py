@@ -25,7 +25,7 @@ from hyperframe.frame import Frame, GoAwayFrame
 
 import sepp_anyio as sepp
 from sepp_anyio.server import ApiKey, AuthConfig, Engine, NetworkServer, ServerConfig
-from sepp_anyio.server._sections import ServerSection
+from sepp_anyio.server._config._sections import ServerSection
 from tests.http2._support import PREFACE, Peer
 
 __all__ = [

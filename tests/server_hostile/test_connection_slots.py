@@ -35,7 +35,7 @@ import pytest
 
 import sepp_anyio as sepp
 from sepp_anyio.server import NetworkServer
-from sepp_anyio.server._sections import ServerSection
+from sepp_anyio.server._config._sections import ServerSection
 from tests.http2._support import PREFACE
 from tests.reliability._wait import eventually
 

@@ -21,9 +21,9 @@ from hyperframe.frame import Frame, HeadersFrame
 from sepp_anyio._http2 import Limits
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Engine
-from sepp_anyio.server._netlimits import NetworkLimits
-from sepp_anyio.server._served import ServedConnection
-from sepp_anyio.server._service import MessageCodec, QueueService
+from sepp_anyio.server._network._netlimits import NetworkLimits
+from sepp_anyio.server._network._served import ServedConnection
+from sepp_anyio.server._network._service import MessageCodec, QueueService
 from tests.http2._support import PREFACE, Peer
 
 from ._harness import GRPC_REQUEST

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import pytest
 
 from sepp_anyio import InvalidArgumentError
-from sepp_anyio.server._admission import Admission, Refusal, Slot
+from sepp_anyio.server._network._admission import Admission, Refusal, Slot
 
 pytestmark = pytest.mark.anyio
 

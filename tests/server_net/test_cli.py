@@ -18,8 +18,8 @@ import anyio.to_thread
 import pytest
 
 import sepp_anyio as sepp
+from sepp_anyio._cli._server import _resolve, build_parser, main
 from sepp_anyio.server import ServerProcess, ServerSection
-from sepp_anyio.server._cli import _resolve, build_parser, main
 
 pytestmark = pytest.mark.anyio
 
@@ -240,6 +240,18 @@ def test_bad_dead_letter_retention_exits_2(value: str, needle: str) -> None:
     assert result.returncode == 2, result.stderr
     assert f"argument --dead-letter-retention: {needle}" in result.stderr
     assert "listening" not in result.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "soon"])
+def test_shutdown_grace_must_be_finite_seconds(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--shutdown-grace`` takes the seconds every command takes (``_cli._common``): an
+    infinite grace would make the bounded stop unbounded."""
+    with pytest.raises(SystemExit) as raised:
+        build_parser().parse_args(["--memory", f"--shutdown-grace={value}"])
+    assert raised.value.code == 2
+    assert "argument --shutdown-grace: " in capsys.readouterr().err
 
 
 def test_port_in_use_is_one_line_naming_the_address_and_port_option(tmp_path: Path) -> None:

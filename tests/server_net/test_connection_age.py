@@ -13,8 +13,8 @@ from hyperframe.frame import GoAwayFrame, PingFrame
 
 import sepp_anyio as sepp
 from sepp_anyio.server import ServerConfig
-from sepp_anyio.server._netlimits import NetworkLimits, network_limits
-from sepp_anyio.server._sections import ServerSection
+from sepp_anyio.server._config._sections import ServerSection
+from sepp_anyio.server._network._netlimits import NetworkLimits, network_limits
 from tests.server_hostile._harness import GRPC_REQUEST, Attacker, hostile_server
 from tests.server_hostile._vclock import VIRTUAL_BACKENDS, Timeline, virtual_backend
 

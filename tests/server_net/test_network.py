@@ -31,8 +31,8 @@ from sepp_anyio.server import (
     StorageConfig,
     serve,
 )
-from sepp_anyio.server._auth import MISSING_KEY, WRONG_KEY
-from sepp_anyio.server._service import HealthCheckRequest, HealthCheckResponse
+from sepp_anyio.server._network._auth import MISSING_KEY, WRONG_KEY
+from sepp_anyio.server._network._service import HealthCheckRequest, HealthCheckResponse
 from tests.server_net._util import (
     NOT_SERVING,
     SERVING,
@@ -389,7 +389,7 @@ async def test_serve_reports_its_port_and_stops_on_cancel() -> None:
 
 def test_engine_and_proto_types_line_up() -> None:
     # The adapter's table must name real engine methods and generated types.
-    from sepp_anyio.server._service import _RPCS
+    from sepp_anyio.server._network._service import _RPCS
 
     assert {rpc.name for rpc in _RPCS} == {
         "EnqueueBatch",

@@ -34,8 +34,8 @@ from hyperframe.frame import (
 
 import sepp_anyio as sepp
 from sepp_anyio.server import Engine, LimitsConfig, NetworkServer, ServerConfig
-from sepp_anyio.server._netlimits import network_limits
-from sepp_anyio.server._sections import ServerSection
+from sepp_anyio.server._config._sections import ServerSection
+from sepp_anyio.server._network._netlimits import network_limits
 from tests.http2._support import Peer
 from tests.server_hostile._harness import GRPC_REQUEST, Attacker, decode_headers
 from tests.worker._vtime import VirtualTimeLoop

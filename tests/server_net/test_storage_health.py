@@ -24,7 +24,7 @@ import pytest
 
 import sepp_anyio as sepp
 from sepp_anyio.server import MemoryStore, ServerConfig, ServerThread, SqliteStore
-from sepp_anyio.server._records import StoreContents, Write
+from sepp_anyio.server._store._records import StoreContents, Write
 from tests.server_net._util import NOT_SERVING, SERVING, health_check, poll
 
 pytestmark = pytest.mark.anyio

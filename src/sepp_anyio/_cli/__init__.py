@@ -29,7 +29,7 @@ PROG = "sepp-anyio"
 
 
 def _server(argv: Sequence[str]) -> int:
-    from ..server._cli import main as server_main
+    from ._server import main as server_main
 
     return server_main(argv, prog=f"{PROG} server")
 

@@ -18,34 +18,34 @@ from __future__ import annotations
 
 import contextlib
 
-from ._cli import ServerProcess as ServerProcess
-from ._clock import Clock as Clock
-from ._clock import ManualClock as ManualClock
-from ._config import ServerConfig as ServerConfig
-from ._engine import Engine as Engine
+from ._config._config import ServerConfig as ServerConfig
+from ._config._sections import ApiKey as ApiKey
+from ._config._sections import AuthConfig as AuthConfig
+from ._config._sections import LimitsConfig as LimitsConfig
+from ._config._sections import QueueConfig as QueueConfig
+from ._config._sections import QueueLimits as QueueLimits
+from ._config._sections import ServerSection as ServerSection
+from ._config._sections import StorageConfig as StorageConfig
+from ._engine._clock import Clock as Clock
+from ._engine._clock import ManualClock as ManualClock
+from ._engine._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
-from ._memory import MemoryStore as MemoryStore
-from ._network import LISTENING_LOGGER as LISTENING_LOGGER
-from ._network import NetworkServer as NetworkServer
-from ._network import ServerThread as ServerThread
-from ._network import serve as serve
-from ._network import server_ssl_context as server_ssl_context
-from ._records import DeadLetter as DeadLetter
-from ._records import DeadLetterCause as DeadLetterCause
-from ._records import JobState as JobState
-from ._records import QueueStats as QueueStats
-from ._records import StoreContents as StoreContents
-from ._records import StoredJob as StoredJob
-from ._sections import ApiKey as ApiKey
-from ._sections import AuthConfig as AuthConfig
-from ._sections import LimitsConfig as LimitsConfig
-from ._sections import QueueConfig as QueueConfig
-from ._sections import QueueLimits as QueueLimits
-from ._sections import ServerSection as ServerSection
-from ._sections import StorageConfig as StorageConfig
-from ._sqlite import SqliteStore as SqliteStore
-from ._store import Store as Store
+from ._network._network import LISTENING_LOGGER as LISTENING_LOGGER
+from ._network._network import NetworkServer as NetworkServer
+from ._network._network import ServerThread as ServerThread
+from ._network._network import serve as serve
+from ._network._network import server_ssl_context as server_ssl_context
+from ._process import ServerProcess as ServerProcess
+from ._store._memory import MemoryStore as MemoryStore
+from ._store._records import DeadLetter as DeadLetter
+from ._store._records import DeadLetterCause as DeadLetterCause
+from ._store._records import JobState as JobState
+from ._store._records import QueueStats as QueueStats
+from ._store._records import StoreContents as StoreContents
+from ._store._records import StoredJob as StoredJob
+from ._store._sqlite import SqliteStore as SqliteStore
+from ._store._store import Store as Store
 
 __all__ = [
     "LISTENING_LOGGER",

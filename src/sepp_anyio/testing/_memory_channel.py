@@ -26,7 +26,7 @@ from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._transport._stream import CallShape
 from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
-from ..server._auth import authenticate
+from ..server._network._auth import authenticate
 
 __all__ = ["MemoryChannel"]
 

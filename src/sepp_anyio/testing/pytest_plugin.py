@@ -52,8 +52,7 @@ import pytest
 from .._client import Client
 from .._connect import connect
 from .._transport._target import parse_target
-from ..server import Engine
-from ..server._cli import ServerProcess
+from ..server import Engine, ServerProcess
 from ._in_memory import open_in_memory_client
 
 __all__ = ["SeppTestServer", "sepp_client", "sepp_in_memory", "sepp_server"]

@@ -1,4 +1,4 @@
-"""Command line of the reference server: ``python -m sepp_anyio.server``.
+"""Command line of the reference server: ``python -m sepp_anyio.server``, ``sepp-anyio server``.
 
 ::
 
@@ -45,35 +45,43 @@ import errno
 import logging
 import math
 import os
-import re
 import signal
 import sqlite3
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from types import TracebackType
-from typing import Any, Final, Self, final
+from typing import Any, Final
 
 import anyio
 
 from .._version import __version__
-from ._config import ServerConfig
-from ._errors import ConfigError
-from ._memory import MemoryStore
-from ._network import DEFAULT_SHUTDOWN_GRACE, LISTENING_LOGGER, default_backend, serve
-from ._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
-from ._sqlite import SqliteStore
-from ._store import Store
+from ..server._config._config import ServerConfig
+from ..server._config._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
+from ..server._errors import ConfigError
+from ..server._network._network import (
+    DEFAULT_SHUTDOWN_GRACE,
+    LISTENING_LOGGER,
+    default_backend,
+    serve,
+)
+from ..server._store._memory import MemoryStore
+from ..server._store._sqlite import SqliteStore
+from ..server._store._store import Store
+from ._common import (
+    BACKENDS,
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    LOG_LEVELS,
+    configure_logging,
+    error_line,
+    leaf,
+    nonnegative_seconds,
+)
 
 __all__ = [
     "DEFAULT_DB_PATH",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
-    "ServerProcess",
     "build_parser",
     "main",
 ]
@@ -84,8 +92,6 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
 DEFAULT_DB_PATH: Final = "./sepp-data.sqlite3"
 _PROG: Final = "python -m sepp_anyio.server"
-_LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _port(text: str) -> int:
@@ -96,32 +102,6 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0-65535 (0 = any free port), not {value}")
     return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
-    return value
-
-
-def _retention(text: str) -> int:
-    """``--dead-letter-retention SECONDS``: finite seconds >= 0, as whole milliseconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
-    ms = round(value * 1000)
-    if ms > I64_MAX:
-        raise argparse.ArgumentTypeError(f"must be at most {I64_MAX // 1000} seconds, not {text}")
-    if value > 0 and ms == 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or at least 0.001 s, not {text}")
-    return ms
 
 
 def _duration_ms(*, zero: bool) -> Callable[[str], int]:
@@ -259,7 +239,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--dead-letter-retention",
-        type=_retention,
+        type=_duration_ms(zero=True),
         metavar="SECONDS",
         dest="dead_letter_retention_ms",
         help="keep dead letters this long, for 'sepp-anyio dlq drain' (replaces [storage] "
@@ -269,7 +249,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", metavar="PEM", help="TLS private key (with --tls-cert)")
     parser.add_argument(
         "--shutdown-grace",
-        type=_seconds,
+        type=nonnegative_seconds,
         default=DEFAULT_SHUTDOWN_GRACE,
         metavar="SECONDS",
         help=f"time calls in progress get to finish on shutdown (default: "
@@ -277,7 +257,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--backend",
-        choices=("asyncio", "trio"),
+        choices=BACKENDS,
         default=default_backend(),
         help="event loop to run on (default: $SEPP_SERVER_BACKEND, else asyncio; trio must "
         "be installed for trio)",
@@ -285,7 +265,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         type=str.upper,
-        choices=_LOG_LEVELS,
+        choices=LOG_LEVELS,
         default="INFO",
         help="logging level (default: INFO)",
     )
@@ -373,12 +353,7 @@ def _resolve(args: argparse.Namespace, env: Mapping[str, str]) -> _Settings:
 
 
 def _configure_logging(level: str) -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
-        root.addHandler(handler)
-    root.setLevel(level)
+    configure_logging(level)
     # Tests and tools wait for the listening line: it is printed at any --log-level.
     logging.getLogger(LISTENING_LOGGER).setLevel(logging.INFO)
 
@@ -430,13 +405,6 @@ async def _run(settings: _Settings) -> None:
     logger.info("queue server stopped")
 
 
-def _leaf(error: BaseException) -> BaseException:
-    # A lone exception may arrive wrapped in task-group exception groups.
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """Run the server as the command line says; return the exit status.
 
@@ -448,7 +416,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     _configure_logging(args.log_level)
     try:
         settings = _resolve(args, os.environ)
@@ -459,7 +427,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BaseException as raw:
-        error = _leaf(raw)
+        # A lone exception may arrive wrapped in task-group exception groups.
+        error = leaf(raw)
         if isinstance(error, ConfigError):  # unusable TLS files
             return _config_error(parser, error)
         if isinstance(error, KeyboardInterrupt):
@@ -480,212 +449,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     return 0
 
 
-def _error_line(parser: argparse.ArgumentParser, message: str) -> None:
-    text = " ".join(message.split())
-    print(f"{parser.prog}: error: {text}", file=sys.stderr, flush=True)
-
-
 def _config_error(parser: argparse.ArgumentParser, error: ConfigError) -> int:
-    _error_line(parser, str(error))
-    return 2
+    error_line(parser.prog, str(error))
+    return EXIT_USAGE
 
 
 def _cannot_run(parser: argparse.ArgumentParser, message: str) -> int:
-    _error_line(parser, f"the server cannot run: {message}")
-    return 1
-
-
-# --------------------------------------------------------------------------- subprocess helper
-
-_LISTENING = re.compile(
-    r"queue server listening on (?:\[(?P<v6>[^\]]+)\]|(?P<host>[^\s:]+)):(?P<port>\d+)"
-)
-
-
-@final
-class ServerProcess:
-    """This command line in a subprocess, for tests, benchmarks and scripts.
-
-    ::
-
-        with ServerProcess("--memory", "--port", "0") as server:
-            async with sepp_anyio.connect(server.address) as client: ...
-
-    Args:
-        args: command-line arguments (give ``--port 0`` for a free port).
-        env: the child's environment (default: this process's).
-        python: the interpreter (default: this one).
-        cwd: the child's working directory (default: this one); it decides whether a
-            ``./sepp.toml`` is read and where relative paths point.
-
-    :meth:`start` returns once the child has logged its listening line (its stderr is read
-    by a thread and kept in :attr:`output`).  :meth:`stop` sends SIGTERM (a graceful stop)
-    and returns the exit status; :meth:`kill` sends SIGKILL.  All methods block: from an
-    event loop call them through ``anyio.to_thread.run_sync``.
-    """
-
-    def __init__(
-        self,
-        *args: str,
-        env: Mapping[str, str] | None = None,
-        python: str = sys.executable,
-        cwd: str | os.PathLike[str] | None = None,
-    ) -> None:
-        self.args = list(args)
-        self.env = dict(os.environ if env is None else env)
-        self.python = python
-        self.cwd = cwd
-        self.process: subprocess.Popen[bytes] | None = None
-        self.host = ""
-        self.port = 0
-        self._lines: list[str] = []
-        self._changed = threading.Condition()
-        self._reader: threading.Thread | None = None
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of the listening server."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise RuntimeError("the server process is not running")
-        return self.process.pid
-
-    @property
-    def output(self) -> str:
-        """Everything the child wrote to stderr so far."""
-        with self._changed:
-            return "".join(self._lines)
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the child; return once it listens.
-
-        Raises:
-            RuntimeError: it exited first, or did not listen within ``timeout`` seconds (the
-                message has its output).
-        """
-        if self.process is not None:
-            raise RuntimeError("the server process is already running")
-        with self._changed:
-            self._lines.clear()
-        self.process = subprocess.Popen(
-            [self.python, "-m", "sepp_anyio.server", *self.args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            cwd=self.cwd,
-        )
-        self._reader = threading.Thread(
-            target=self._read, args=(self.process,), name="sepp-server-stderr", daemon=True
-        )
-        self._reader.start()
-        try:
-            line = self.wait_for_line(_LISTENING.pattern, timeout)
-        except BaseException:
-            self.kill()
-            raise
-        match = _LISTENING.search(line)
-        assert match is not None
-        self.host = match["v6"] or match["host"]
-        self.port = int(match["port"])
-
-    def wait_for_line(self, pattern: str, timeout: float = 30.0) -> str:
-        """Block until a line of stderr matches the regular expression; return it.
-
-        Raises:
-            RuntimeError: the child exited first, or ``timeout`` seconds passed.
-        """
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        seen = 0
-        with self._changed:
-            while True:
-                for line in self._lines[seen:]:
-                    if regex.search(line):
-                        return line
-                seen = len(self._lines)
-                reader = self._reader
-                if reader is None or not reader.is_alive():
-                    raise RuntimeError(
-                        f"the server process ended without logging /{pattern}/; "
-                        f"its output:\n{''.join(self._lines)}"
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RuntimeError(
-                        f"no line matching /{pattern}/ within {timeout} s; "
-                        f"output so far:\n{''.join(self._lines)}"
-                    )
-                self._changed.wait(remaining)
-
-    def _read(self, process: subprocess.Popen[bytes]) -> None:
-        assert process.stderr is not None
-        try:
-            for raw in process.stderr:
-                with self._changed:
-                    self._lines.append(raw.decode("utf-8", "replace"))
-                    self._changed.notify_all()
-        finally:
-            with self._changed:
-                self._changed.notify_all()
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM (graceful stop) and wait; SIGKILL after ``timeout`` s.  Returns the status."""
-        process = self.process
-        if process is None:
-            return 0
-        if process.poll() is None:
-            process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        return self._reap()
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the child to exit by itself; return its status.
-
-        Raises:
-            subprocess.TimeoutExpired: still running after ``timeout`` seconds.
-        """
-        process = self.process
-        if process is None:
-            return 0
-        process.wait(timeout)
-        return self._reap()
-
-    def kill(self) -> int:
-        """SIGKILL (no shutdown at all) and wait.  Returns the status."""
-        process = self.process
-        if process is None:
-            return 0
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        return self._reap()
-
-    def _reap(self) -> int:
-        process, self.process = self.process, None
-        assert process is not None
-        if self._reader is not None:
-            self._reader.join()
-            self._reader = None
-        if process.stderr is not None:
-            process.stderr.close()
-        return process.returncode
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    error_line(parser.prog, f"the server cannot run: {message}")
+    return EXIT_FAILURE

@@ -49,9 +49,21 @@ from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._version import __version__
 
+from .._config._config import ServerConfig
+from .._config._sections import QueueLimits
+from .._errors import EngineError
+from .._store._memory import MemoryStore
+from .._store._records import (
+    DeadLetter,
+    DeadLetterCause,
+    DedupEntry,
+    JobState,
+    QueueStats,
+    StoredJob,
+)
+from .._store._store import Store
 from ._clock import Clock
 from ._committer import Committer, Ticket
-from ._config import ServerConfig
 from ._convert import (
     custom_from_pb,
     dead_letter_to_pb,
@@ -61,20 +73,8 @@ from ._convert import (
     ms_timestamp,
     timestamp_ms,
 )
-from ._errors import EngineError
-from ._memory import MemoryStore
 from ._policy import retry_delay_ms
-from ._records import (
-    DeadLetter,
-    DeadLetterCause,
-    DedupEntry,
-    JobState,
-    QueueStats,
-    StoredJob,
-)
-from ._sections import QueueLimits
 from ._state import Changes, QueueState
-from ._store import Store
 from ._validate import (
     ack_problem,
     classify_enqueue,

@@ -15,7 +15,7 @@ import betterproto2
 
 from sepp_anyio._proto.sepp import v1 as pb
 
-from ._records import CustomValue, DeadLetter, StoredJob
+from .._store._records import CustomValue, DeadLetter, StoredJob
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS = datetime.timedelta(milliseconds=1)

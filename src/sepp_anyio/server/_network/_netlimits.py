@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sepp_anyio._http2 import Limits
 
-from ._sections import ServerSection
+from .._config._sections import ServerSection
 
 __all__ = ["NetworkLimits", "http2_limits", "network_limits"]
 

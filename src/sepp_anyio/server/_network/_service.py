@@ -2,7 +2,7 @@
 
 Both classes map their methods' ``:path`` to :class:`Route` values (:meth:`routes`), built
 over a running :class:`~sepp_anyio.server.Engine`.  A route's handler gets the call
-(:class:`~sepp_anyio.server._call.ServerCall`) and uses only its public side: ``metadata``,
+(:class:`~sepp_anyio.server._network._call.ServerCall`) and uses only its public side: ``metadata``,
 ``read_request``, ``send_message`` and ``send_trailing_metadata``.
 
 * :class:`QueueService` authenticates every call from its ``authorization`` metadata (protocol
@@ -39,9 +39,9 @@ from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire._codec import decode, encode
 
+from .._engine._engine import Engine
+from .._errors import EngineError
 from ._auth import authenticate
-from ._engine import Engine
-from ._errors import EngineError
 
 if TYPE_CHECKING:
     from ._call import ServerCall

@@ -45,7 +45,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ._records import (
+from .._store._records import (
     DeadLetter,
     DeadLetterCause,
     DedupEntry,

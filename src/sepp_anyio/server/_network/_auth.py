@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from sepp_anyio._model._error_root import StatusCode
 
-from ._errors import EngineError
-from ._sections import ApiKey
+from .._config._sections import ApiKey
+from .._errors import EngineError
 
 __all__ = ["MISSING_KEY", "WRONG_KEY", "authenticate"]
 

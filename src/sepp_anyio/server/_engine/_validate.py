@@ -16,9 +16,9 @@ import betterproto2
 
 from sepp_anyio._proto.sepp import v1 as pb
 
-from ._config import ServerConfig
+from .._config._config import ServerConfig
+from .._config._names import queue_name_problem
 from ._convert import custom_value_bytes, ms_duration, primitive_value, timestamp_ms
-from ._names import queue_name_problem
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _ZERO = datetime.timedelta(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ._sections import QueueLimits
+from .._config._sections import QueueLimits
 
 U64_MAX = 2**64 - 1
 

@@ -41,7 +41,7 @@ from typing import Final, Protocol, final
 
 import anyio
 
-from .._model._checks import check_count
+from ..._model._checks import check_count
 
 __all__ = ["Admission", "Occupant", "Refusal", "Slot"]
 

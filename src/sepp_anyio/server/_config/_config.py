@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import ConfigError
 from ._config_parse import config_kwargs_from_sources, config_kwargs_from_toml
-from ._errors import ConfigError
 from ._names import queue_name_problem
 from ._sections import (
     AuthConfig,

@@ -61,16 +61,16 @@ from anyio.streams.tls import TLSStream
 
 from sepp_anyio._http2 import Limits
 
+from .._config._config import ServerConfig
+from .._engine._clock import Clock
+from .._engine._engine import Engine
+from .._errors import ConfigError
+from .._store._store import Store
 from ._admission import Admission, Refusal, Slot
-from ._clock import Clock
-from ._config import ServerConfig
-from ._engine import Engine
-from ._errors import ConfigError
 from ._netlimits import NetworkLimits, http2_limits, network_limits
 from ._reqbytes import RequestBytes
 from ._served import ServedConnection
 from ._service import HealthService, MessageCodec, QueueService, Route
-from ._store import Store
 
 __all__ = [
     "BACKEND_ENV",

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 from ._names import QUEUE_NAME_HARD_CEILING
 
 U32_MAX = 2**32 - 1

@@ -55,9 +55,9 @@ from anyio.abc import TaskStatus
 
 from sepp_anyio._model._error_root import StatusCode
 
-from ._errors import EngineError
-from ._records import Write
-from ._store import Store
+from .._errors import EngineError
+from .._store._records import Write
+from .._store._store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ name the client accepts is one this server accepts.
 
 from __future__ import annotations
 
-from .._model._checks import queue_name_problem
+from ..._model._checks import queue_name_problem
 
 __all__ = ["QUEUE_NAME_HARD_CEILING", "queue_name_problem"]
 

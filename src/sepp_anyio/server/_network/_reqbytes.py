@@ -13,7 +13,7 @@ across the server (:class:`RequestBytes`), with these consequences
   bytes grow by at most the credit its client still had (at most the connection's receive
   window; a stream's window with one call);
 * once a connection is back under both caps, the calls it held back are resumed
-  (:meth:`~sepp_anyio.server._call.ServerCall.resume_refunds`); when the server comes back
+  (:meth:`~sepp_anyio.server._network._call.ServerCall.resume_refunds`); when the server comes back
   under its cap, every connection holding calls back is;
 * over the server's cap, new streams are also refused (RST_STREAM REFUSED_STREAM, by the
   connection); the calls already running go on.
