@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._model._error_root import InvalidArgumentTypeError
-from ._model._job import JobCtx
+from .._model._error_root import InvalidArgumentTypeError
+from .._model._job import JobCtx
 
 if TYPE_CHECKING:
     from ._lease import JobRun
