@@ -144,7 +144,7 @@ import anyio.to_thread
 from .. import _otel
 from .._client import Client
 from .._cron import Cron, run_cron
-from .._health import LaneMetrics, LaneProbe, MetricsRegistry, WorkerHealth
+from .._health import LaneProbe, MetricsRegistry, WorkerHealth
 from .._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from .._logcontext import job_log_records
 from .._model._checks import check_count, check_seconds, check_str
@@ -156,6 +156,7 @@ from .._model._job import JobCtx
 from .._tasks._task import Task
 from .._tasks._task_call import typed_call
 from . import _lifespan
+from ._accounting import LaneAccounts
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun
@@ -432,11 +433,12 @@ class Worker(ReserveLoops, anyio.AsyncContextManagerMixin, Generic[StateT]):
         # names and by the lane's queues ("a+b") for a Lane.
         given_lanes = not isinstance(queues, str) and any(isinstance(q, Lane) for q in queues)
         self._probes: dict[LaneRun, LaneProbe] = {}
-        self._lane_metrics: dict[LaneRun, LaneMetrics] = {}
+        # Every count of a lane, to its statistics, Prometheus and OpenTelemetry at once.
+        self._accounts: dict[LaneRun, LaneAccounts] = {}
         for run in self._lanes:
             label = "+".join(run.lane.queues) if given_lanes else _LANE
             self._probes[run] = self._health.lane(label)
-            self._lane_metrics[run] = self._health.worker_metrics.lane(label)
+            self._accounts[run] = LaneAccounts(run, self._health.worker_metrics.lane(label))
         self._crons: list[Cron[Any]] = []
         # run(job_limit=...): jobs this run may still take (None: no limit).
         self._jobs_left: int | None = None

@@ -19,7 +19,6 @@ import anyio.to_thread
 
 from .. import _otel
 from .._client import Client, wall_clock_of
-from .._health import LaneMetrics
 from .._logcontext import enter_job
 from .._model._errors import (
     HandlerError,
@@ -28,6 +27,7 @@ from .._model._errors import (
 )
 from .._model._job import Job, JobCtx, attach_state, is_traced
 from .._model._retries import RetryDirective
+from ._accounting import LaneAccounts
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import LaneRun
 from ._lease import JobRun, heartbeat, heartbeat_delay
@@ -144,7 +144,7 @@ class JobRunner:
     _hand_off_yields: int
     _job_done: anyio.Event | None
     _idle: anyio.Event | None
-    _lane_metrics: dict[LaneRun, LaneMetrics]
+    _accounts: dict[LaneRun, LaneAccounts]
 
     async def _job_task(self, job: Job, run: JobRun) -> None:
         """One job's task, start to end: in its log context and CONSUMER span, the
@@ -281,7 +281,7 @@ class JobRunner:
             extend=self._auto_extend,
             max_lease_time=self._max_lease_time,
             wall_clock=wall_clock_of(self._client),
-            on_extended=self._lane_metrics[run.lane].lease_extended,
+            on_extended=self._accounts[run.lane].lease_extended,
             due=True,
         )
 
@@ -289,16 +289,12 @@ class JobRunner:
         """Count ``run`` in."""
         run.started = anyio.current_time()
         attach_state(run.ctx, self._state)
-        self._lane_metrics[run.lane].job_started()
+        self._accounts[run.lane].job_started()
 
     def _job_finished(self, run: JobRun, outcome: str) -> None:
         """Count ``run`` out with its ``outcome`` (after its settle)."""
-        job_type = run.ctx.job_type
         elapsed = anyio.current_time() - run.started
-        self._lane_metrics[run.lane].job_finished(job_type, outcome, elapsed)
-        metrics = _otel.metrics()
-        if metrics.enabled:
-            metrics.duration.record(elapsed, {"job_type": job_type, "outcome": outcome})
+        self._accounts[run.lane].job_finished(run.ctx.job_type, outcome, elapsed)
 
     def _job_ended(self, run: JobRun) -> None:
         """The job's task is over, however it ended: forget ``run``, give back what it holds."""
@@ -327,8 +323,8 @@ class JobRunner:
         _otel.mark_error(span, "no handler registered for the job type")
         return RetryDirective.after(delay), f"no handler registered for job_type {ctx.job_type!r}"
 
-    @staticmethod
     def _verdict(
+        self,
         run: JobRun,
         span: Any,
         directive: RetryDirective | None,
@@ -369,13 +365,10 @@ class JobRunner:
                 _otel.mark_error(span, f"handler raised {type(error).__name__}", error)
         if run.lease_lost:
             # The job may already belong to another worker: it is not settled here.
-            run.lane.lease_lost += 1
+            self._accounts[run.lane].lease_lost(ctx.job_type)
             run.log.error("lease lost (%s); the job is not settled here", run.lost_reason)
             _otel.add_event(span, "sepp.lease_lost", {"sepp.lease_lost.reason": run.lost_reason})
             _otel.mark_error(span, f"lease lost: {run.lost_reason}")
-            metrics = _otel.metrics()
-            if metrics.enabled:
-                metrics.lease_lost.add(1, {"job_type": ctx.job_type})
             return None
         if run.timed_out:
             directive, reason = RetryDirective.default(), "timed out"
@@ -443,8 +436,7 @@ class JobRunner:
         """
         ctx = run.ctx
         lane: LaneRun = run.lane
-        metrics = _otel.metrics()
-        labels = {"job_type": ctx.job_type}
+        accounts = self._accounts[lane]
         # One scope for the hand-off and the call: shielded from outer cancellation, and
         # cancelled by its own deadline, which starts once a settle slot is taken.
         with anyio.CancelScope(shield=True) as bound:
@@ -453,32 +445,27 @@ class JobRunner:
             try:
                 if directive is None:
                     await self._client.ack(ctx)
-                    lane.processed += 1
-                    if metrics.enabled:
-                        metrics.processed.add(1, labels)
+                    accounts.acked(ctx.job_type)
                     if logger.isEnabledFor(logging.DEBUG):
                         run.log.debug("acked")
                     return "ack"
                 await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
                 outcome = "dead_letter" if dead else "retry"
-                if metrics.enabled:
-                    metrics.nacked.add(1, {**labels, "outcome": outcome})
+                accounts.nacked(ctx.job_type, dead=dead)
                 if dead:
-                    lane.nacked_dead += 1
                     if asked is None:
                         run.log.warning("nacked; dead-lettered (%s)", reason or "no reason")
                     else:
                         run.log.warning("nacked; dead-lettered: %s", "; ".join(filter(None, asked)))
                 else:
-                    lane.nacked_retry += 1
                     if asked is None:
                         run.log.info("nacked for retry (%s)", reason or "no reason")
                     else:
                         run.log.info("nacked for retry: %s; %s", *asked)
                 return outcome
             except JobNotFoundError:
-                lane.settle_errors += 1
+                accounts.settle_failed()
                 run.log.error(
                     "could not %s: job not found; either the lease was lost and the job will be"
                     " redelivered, or a retried attempt already succeeded and only its response"
@@ -487,7 +474,7 @@ class JobRunner:
                 )
                 return "settle_failed"
             except SeppError as exc:
-                lane.settle_errors += 1
+                accounts.settle_failed()
                 run.log.error(
                     "could not %s (%s); the job will be redelivered after its lease expires",
                     _settling(directive, asked),
@@ -495,7 +482,7 @@ class JobRunner:
                 )
                 return "settle_failed"
         assert bound.cancelled_caught
-        lane.settle_errors += 1
+        accounts.settle_failed()
         run.log.error(
             "%s did not finish within %gs; the job will be redelivered after its lease expires",
             _settling(directive, asked),

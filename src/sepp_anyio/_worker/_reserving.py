@@ -15,7 +15,6 @@ import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
 
-from .. import _otel
 from .._health import LaneProbe
 from .._model._errors import (
     SeppError,
@@ -210,7 +209,8 @@ class ReserveLoops(JobRunner):
             UnauthenticatedError, UnknownQueuesError: refused before any reserve of this
                 run succeeded (a misconfigured worker; see the module docs).
         """
-        lane.reserves += 1
+        accounts = self._accounts[lane]
+        accounts.reserve_started()
         started = anyio.current_time()
         probe = self._probes[lane]
         # until_idle: a short poll (an empty answer is what it waits for). After a failure
@@ -226,12 +226,8 @@ class ReserveLoops(JobRunner):
                 worker_id=self.worker_id,
             )
         except SeppError as exc:
-            lane.reserve_errors += 1
             probe.reserve_failed(anyio.current_time())
-            self._lane_metrics[lane].reserve_failed()
-            metrics = _otel.metrics()
-            if metrics.enabled:
-                metrics.reserves_failed.add(1)
+            accounts.reserve_failed()
             if not isinstance(exc, UnauthenticatedError | UnknownQueuesError):
                 logger.warning(
                     "reserve failed (%s); retrying in %gs", exc, self._reserve_error_backoff
@@ -265,9 +261,7 @@ class ReserveLoops(JobRunner):
                 "" if failures == 1 else "s",
                 seconds,
             )
-        metrics = _otel.metrics()
-        if metrics.enabled:
-            metrics.reserves_completed.add(1, {"jobs": "some" if jobs else "empty"})
+        accounts.reserve_answered(len(jobs))
         if (
             not jobs
             and not short
