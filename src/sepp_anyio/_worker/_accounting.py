@@ -16,6 +16,7 @@ from __future__ import annotations
 from .. import _otel
 from .._health import LaneMetrics
 from ._lane import LaneRun
+from ._outcome import Settled
 
 __all__ = ["LaneAccounts"]
 
@@ -49,7 +50,7 @@ class LaneAccounts:
     def job_started(self) -> None:
         self._prometheus.job_started()
 
-    def job_finished(self, job_type: str, outcome: str, seconds: float) -> None:
+    def job_finished(self, job_type: str, outcome: Settled, seconds: float) -> None:
         """A job's task is over with ``outcome`` (after its settle), ``seconds`` after its
         start."""
         self._prometheus.job_finished(job_type, outcome, seconds)
@@ -71,7 +72,7 @@ class LaneAccounts:
             self._lane.nacked_retry += 1
         metrics = _otel.metrics()
         if metrics.enabled:
-            outcome = "dead_letter" if dead else "retry"
+            outcome = Settled.DEAD_LETTER if dead else Settled.RETRY
             metrics.nacked.add(1, {"job_type": job_type, "outcome": outcome})
 
     def lease_lost(self, job_type: str) -> None:

@@ -32,7 +32,7 @@ from ._heartbeat_timer import HeartbeatTimer
 from ._lane import LaneRun
 from ._lease import JobRun, heartbeat, heartbeat_delay
 from ._middleware import Middleware, call_through
-from ._outcome import OutcomeHook, outcome_of, report_outcome
+from ._outcome import OutcomeHook, Settled, outcome_of, report_outcome
 from ._registry import AsyncHandler
 
 logger = logging.getLogger("sepp_anyio.worker")
@@ -168,7 +168,7 @@ class JobRunner:
         ctx = job.ctx
         enter_job(ctx)  # in this task's own context: nothing to undo (_logcontext)
         self._job_started(run)
-        outcome: str | None = None  # None until settled (or found lost)
+        outcome: Settled | None = None  # None until settled (or found lost)
         stopped: BaseException | None = None  # a shutdown's cancellation of this task
         try:
             span_of = _otel.process_span(
@@ -233,7 +233,10 @@ class JobRunner:
                                     assert heartbeats is not None
                                     heartbeats.cancel_scope.cancel()
                 verdict = self._verdict(run, span, directive, reason, limit)
-                outcome = "lease_lost" if verdict is None else await self._settle(run, *verdict)
+                if verdict is None:
+                    outcome = Settled.LEASE_LOST
+                else:
+                    outcome = await self._settle(run, *verdict)
                 self._job_finished(run, outcome)
                 if self._on_outcome is not None:
                     report = report_outcome(
@@ -252,7 +255,7 @@ class JobRunner:
             if outcome is None:
                 # run() was cancelled from outside, or something failed that is not an
                 # Exception: nothing was settled, and on_outcome is not called.
-                self._job_finished(run, "cancelled")
+                self._job_finished(run, Settled.CANCELLED)
             self._job_ended(run)
 
     def _schedule_heartbeat(self, run: JobRun, group: anyio.abc.TaskGroup) -> None:
@@ -291,7 +294,7 @@ class JobRunner:
         attach_state(run.ctx, self._state)
         self._accounts[run.lane].job_started()
 
-    def _job_finished(self, run: JobRun, outcome: str) -> None:
+    def _job_finished(self, run: JobRun, outcome: Settled) -> None:
         """Count ``run`` out with its ``outcome`` (after its settle)."""
         elapsed = anyio.current_time() - run.started
         self._accounts[run.lane].job_finished(run.ctx.job_type, outcome, elapsed)
@@ -425,14 +428,14 @@ class JobRunner:
         directive: RetryDirective | None,
         reason: str,
         asked: tuple[str, str] | None,
-    ) -> str:
+    ) -> Settled:
         """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time.
 
         ``asked``: what a :class:`HandlerError` asked for and what follows, in words, for
         the nack's one line (which says both that and what became of the nack).
 
-        Returns the outcome: ``"ack"``, ``"retry"``, ``"dead_letter"`` or
-        ``"settle_failed"`` (logged; the job will be redelivered).
+        Returns the outcome: ``ACK``, ``RETRY``, ``DEAD_LETTER`` or ``SETTLE_FAILED``
+        (logged; the job will be redelivered).
         """
         ctx = run.ctx
         lane: LaneRun = run.lane
@@ -448,10 +451,10 @@ class JobRunner:
                     accounts.acked(ctx.job_type)
                     if logger.isEnabledFor(logging.DEBUG):
                         run.log.debug("acked")
-                    return "ack"
+                    return Settled.ACK
                 await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
-                outcome = "dead_letter" if dead else "retry"
+                outcome = Settled.DEAD_LETTER if dead else Settled.RETRY
                 accounts.nacked(ctx.job_type, dead=dead)
                 if dead:
                     if asked is None:
@@ -472,7 +475,7 @@ class JobRunner:
                     " was lost",
                     _settling(directive, asked),
                 )
-                return "settle_failed"
+                return Settled.SETTLE_FAILED
             except SeppError as exc:
                 accounts.settle_failed()
                 run.log.error(
@@ -480,7 +483,7 @@ class JobRunner:
                     _settling(directive, asked),
                     exc,
                 )
-                return "settle_failed"
+                return Settled.SETTLE_FAILED
         assert bound.cancelled_caught
         accounts.settle_failed()
         run.log.error(
@@ -488,7 +491,7 @@ class JobRunner:
             _settling(directive, asked),
             _SETTLE_TIMEOUT,
         )
-        return "settle_failed"
+        return Settled.SETTLE_FAILED
 
     @staticmethod
     async def _wait_for_cancelled_reserve(lane: LaneRun) -> None:
