@@ -125,8 +125,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 import logging
 import os
 import socket
@@ -166,8 +164,8 @@ from ._registry import (
     AsyncHandler,
     H,
     Handler,
+    HandlerAdapters,
     HandlerSignatureError,
-    boxed,
     check_handler,
 )
 from ._reserving import MAX_REFUSED_BACKOFF, ReserveLoops
@@ -260,7 +258,7 @@ class ShutdownHandle:
         return self._worker._shutdown_requested
 
 
-class Worker(ReserveLoops, anyio.AsyncContextManagerMixin, Generic[StateT]):
+class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Generic[StateT]):
     """Processes jobs from ``queues`` with registered handlers.
 
     Generic in the type of its lifespan's value (:attr:`state`, ``ctx.state``); a bare
@@ -568,30 +566,6 @@ class Worker(ReserveLoops, anyio.AsyncContextManagerMixin, Generic[StateT]):
             raise ValueError(f"job_type must be a non-empty str, got {job_type!r}")
         return self._adapted(fn, check_handler(f"job type {job_type!r}", fn))
 
-    def _adapted(self, fn: Handler, is_async: bool) -> AsyncHandler:
-        """What a job calls: ``fn`` itself if it is async, else ``fn`` in a thread."""
-        if is_async:
-            return fn  # type: ignore[return-value]
-        return functools.partial(self._run_in_thread, fn)
-
-    async def _run_in_thread(
-        self, fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx
-    ) -> None:
-        """Run a plain handler in a worker thread of the sync limiter.
-
-        The thread is not abandoned on cancellation (Python cannot stop it): the
-        cancellation reaches it through ``anyio.from_thread.check_cancelled()``, and this
-        returns only once the thread has.
-        """
-        limiter = self._sync_limiter
-        assert limiter is not None, "sync handlers run only inside run()"
-        (result,) = await anyio.to_thread.run_sync(boxed, fn, payload, ctx, limiter=limiter)
-        if inspect.isawaitable(result):
-            # A plain function that returned an awaitable (a lambda around an async
-            # function, a plain decorator): that is the handler's work, and its coroutine
-            # has not started yet, so it runs here, on the event loop.
-            await result
-
     @property
     def handlers(self) -> Mapping[str, Handler]:
         """The registered handlers by job type (read-only view)."""
@@ -637,20 +611,6 @@ class Worker(ReserveLoops, anyio.AsyncContextManagerMixin, Generic[StateT]):
                     await run_cron(self._client, crons, task_status=task_status)
 
             await tg.start(schedule, name=f"sepp cron scheduler of {self.worker_id}")
-        return scope
-
-    def _start_heartbeat_timer(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
-        """Start the jobs' heartbeat timer in ``tg`` if they have heartbeats; cancelling
-        the returned scope stops it (after the drain: the jobs need it until then)."""
-        scope = anyio.CancelScope()
-        if self._heartbeats:
-            timer = self._timer = HeartbeatTimer(self._heartbeat)
-
-            async def serve() -> None:
-                with scope:
-                    await timer.serve()
-
-            tg.start_soon(serve, name=f"sepp heartbeat timer of {self.worker_id}")
         return scope
 
     # ------------------------------------------------------------ control

@@ -145,6 +145,7 @@ class JobRunner:
     _job_done: anyio.Event | None
     _idle: anyio.Event | None
     _accounts: dict[LaneRun, LaneAccounts]
+    _heartbeats: bool
 
     async def _job_task(self, job: Job, run: JobRun) -> None:
         """One job's task, start to end: in its log context and CONSUMER span, the
@@ -257,6 +258,20 @@ class JobRunner:
                 # Exception: nothing was settled, and on_outcome is not called.
                 self._job_finished(run, Settled.CANCELLED)
             self._job_ended(run)
+
+    def _start_heartbeat_timer(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
+        """Start the jobs' heartbeat timer in ``tg`` if they have heartbeats; cancelling
+        the returned scope stops it (after the drain: the jobs need it until then)."""
+        scope = anyio.CancelScope()
+        if self._heartbeats:
+            timer = self._timer = HeartbeatTimer(self._heartbeat)
+
+            async def serve() -> None:
+                with scope:
+                    await timer.serve()
+
+            tg.start_soon(serve, name=f"sepp heartbeat timer of {self.worker_id}")
+        return scope
 
     def _schedule_heartbeat(self, run: JobRun, group: anyio.abc.TaskGroup) -> None:
         """Have ``run``'s heartbeat start in ``group`` (the job's) when its first wait is

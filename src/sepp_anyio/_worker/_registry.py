@@ -14,6 +14,9 @@ import reprlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
+import anyio
+import anyio.to_thread
+
 from .._model._error_root import InvalidArgumentTypeError
 from .._model._job import JobCtx
 from .._model._payload import Payload
@@ -112,3 +115,34 @@ def boxed(fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx) -> tup
     """Call a sync handler (in its thread), its result in a tuple: trio refuses to hand a
     coroutine back from a thread, and one returned here is to be awaited on the loop."""
     return (fn(payload, ctx),)
+
+
+class HandlerAdapters:
+    """How a registered handler is called (a base class of the worker, which sets
+    ``_sync_limiter`` when it runs): an async one as it is, a plain one in a thread."""
+
+    _sync_limiter: anyio.CapacityLimiter | None
+
+    def _adapted(self, fn: Handler, is_async: bool) -> AsyncHandler:
+        """What a job calls: ``fn`` itself if it is async, else ``fn`` in a thread."""
+        if is_async:
+            return fn  # type: ignore[return-value]
+        return functools.partial(self._run_in_thread, fn)
+
+    async def _run_in_thread(
+        self, fn: Callable[[Any, JobCtx], object], payload: Any, ctx: JobCtx
+    ) -> None:
+        """Run a plain handler in a worker thread of the sync limiter.
+
+        The thread is not abandoned on cancellation (Python cannot stop it): the
+        cancellation reaches it through ``anyio.from_thread.check_cancelled()``, and this
+        returns only once the thread has.
+        """
+        limiter = self._sync_limiter
+        assert limiter is not None, "sync handlers run only inside run()"
+        (result,) = await anyio.to_thread.run_sync(boxed, fn, payload, ctx, limiter=limiter)
+        if inspect.isawaitable(result):
+            # A plain function that returned an awaitable (a lambda around an async
+            # function, a plain decorator): that is the handler's work, and its coroutine
+            # has not started yet, so it runs here, on the event loop.
+            await result
