@@ -49,7 +49,7 @@ nitpick_ignore_regex = [
     ),
     # Structural types and type variables of signatures (underscored: not public).
     ("py:class", r"sepp_anyio\.(\w+\.)*_[A-Za-z]\w*"),
-    ("py:class", r"sepp_anyio\._worker\.H"),
+    ("py:class", r"sepp_anyio\._worker\.(\w+\.)*H"),
     # Type variables of the generic public classes (Task[T], Worker[StateT], Cron[T]).
     ("py:(class|obj)", r"(sepp_anyio\.(\w+\.)*)?(T|StateT|StateT_co)"),
     # Protocols, records and registries that public signatures name; their docstrings say
@@ -58,7 +58,7 @@ nitpick_ignore_regex = [
     (
         "py:class",
         r"sepp_anyio\._health\._source\.HealthSource|sepp_anyio\._health\._metrics\.MetricsRegistry"
-        r"|sepp_anyio\._cron\._cron\.CronTask|sepp_anyio\._typed\.Problem",
+        r"|sepp_anyio\._cron\._cron\.CronTask|sepp_anyio\._tasks\._typed\.Problem",
     ),
     # Projects without an inventory here: grpclib (in one private annotation) and pytest.
     ("py:class", r"grpclib\..*"),

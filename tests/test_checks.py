@@ -20,7 +20,7 @@ from sepp_anyio import (
     Worker,
 )
 from sepp_anyio._model._checks import queue_name_problem, seconds_problem
-from sepp_anyio._task import Task
+from sepp_anyio._tasks._task import Task
 from sepp_anyio.server._config._names import queue_name_problem as server_queue_name_problem
 from sepp_anyio.testing import open_in_memory_client
 

@@ -38,27 +38,14 @@ TIERS: list[frozenset[str]] = [
     frozenset({"_logcontext", "_wire", "_grpc"}),
     # gRPC over HTTP/2 under the client; the reference server.
     frozenset({"_transport", "server"}),
-    # The client, the worker and what is built on them.
-    frozenset(
-        {
-            "_retry",
-            "_lease",
-            "_heartbeat_timer",
-            "_typed",
-            "_client",
-            "_connect",
-            "_task",
-            "_worker",
-            "_cron",
-            "_health",
-            "_cli",
-            "_lane",
-            "_lifespan",
-            "_middleware",
-            "_outcome",
-            "_task_call",
-        }
-    ),
+    # The client: its calls, the connection helper, the retry rule.
+    frozenset({"_retry", "_client", "_connect"}),
+    # What is built on the client alone: typed tasks, crons, health probes and metrics.
+    frozenset({"_tasks", "_cron", "_health"}),
+    # The worker package: the facade, lanes, leases, lifespan, middleware, outcomes.
+    frozenset({"_worker"}),
+    # The command line (``sepp-anyio worker|cron|...``), on top of the worker.
+    frozenset({"_cli"}),
     # The public faces: the package itself, ``python -m sepp_anyio``, test support.
     frozenset({"__init__", "__main__", "testing"}),
 ]
@@ -246,6 +233,26 @@ def test_every_import_follows_the_layering() -> None:
     assert not problems, "imports against the layering rule:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize(
+    ("lower", "higher"),
+    [
+        ("_client", "_worker"),
+        ("_connect", "_worker"),
+        ("_retry", "_worker"),
+        ("_tasks", "_worker"),
+        ("_worker", "_cli"),
+        ("_client", "_tasks"),
+    ],
+)
+def test_the_direction_between_the_packages(lower: str, higher: str) -> None:
+    """``_cli`` above ``_worker`` above ``_client``: the lower never imports the higher."""
+    assert _tier(lower) < _tier(higher)
+    edges = [e for e in _graph() if _part(e.source) == lower and _part(e.target) == higher]
+    assert edges == []
+    (problem,) = layering_violations([Edge(f"{PACKAGE}.{lower}", f"{PACKAGE}.{higher}", 1, True)])
+    assert "imports tier" in problem
+
+
 def test_every_part_has_a_tier() -> None:
     for name in _modules(SRC):
         _tier(_part(name))
@@ -257,6 +264,10 @@ def test_every_part_has_a_tier() -> None:
     [
         ("sepp_anyio._model._job", "sepp_anyio._client", False, "tier 1 imports tier 4"),
         ("sepp_anyio._model._job", "sepp_anyio._client", True, "tier 1 imports tier 4"),
+        ("sepp_anyio._client", "sepp_anyio._worker._facade", True, "tier 4 imports tier 6"),
+        ("sepp_anyio._tasks._task", "sepp_anyio._worker", False, "tier 5 imports tier 6"),
+        ("sepp_anyio._worker._lane", "sepp_anyio._cli._worker", False, "tier 6 imports tier 7"),
+        ("sepp_anyio._cron._run", "sepp_anyio._worker", False, "tier 5 imports tier 6"),
         ("sepp_anyio._http2._stream", "sepp_anyio._version", False, "may import only []"),
         ("sepp_anyio._otel", "sepp_anyio._model._job", True, "may import only"),
         ("sepp_anyio.server._engine._engine", "sepp_anyio._transport._stream", False, "may import"),

@@ -537,7 +537,22 @@ def rename_public_modules(app: Sphinx, exception: BaseException | None) -> None:
         obj.__module__ = package
 
 
+def _public_bases(app: Sphinx, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
+    """Leave out the private base classes a public class is assembled from (the worker's
+    reserve loops and job runner): they are not documented, and what they give the class
+    is not API of its own."""
+    bases[:] = [
+        base
+        for base in bases
+        if not (
+            getattr(base, "__module__", "").startswith("sepp_anyio.")
+            and public_name(f"{base.__module__}.{base.__qualname__}") is None
+        )
+    ]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("autodoc-process-bases", _public_bases)
     app.connect("builder-inited", restore_defining_modules)
     app.connect("build-finished", rename_public_modules)
     app.connect("autodoc-process-signature", _dataclass_factories)

@@ -16,10 +16,12 @@ the underscored modules are private.
 #      _grpc (sans-IO gRPC over HTTP/2 for both roles: only _model);
 #   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
 #      server: only _model, _wire, _proto, _http2 and the transport's framing);
-#   4. the client and the worker and what is built on them: _client, _connect,
-#      _retry, _lease, _worker and its parts (_heartbeat_timer, _lane, _lifespan,
-#      _middleware, _outcome), _task, _task_call, _typed, _cron, _health, _cli;
-#   5. the public faces: this module, __main__, testing (which may import anything).
+#   4. the client: _client, _connect, _retry;
+#   5. what is built on the client alone: _tasks (typed tasks), _cron, _health;
+#   6. _worker (the worker package: facade, lanes, leases, lifespan, middleware,
+#      outcomes), which the client and everything below never import;
+#   7. _cli (the command line), which nothing below imports;
+#   8. the public faces: this module, __main__, testing (which may import anything).
 
 from __future__ import annotations
 
@@ -29,9 +31,6 @@ from ._client import Client as Client
 from ._connect import connect as connect
 from ._cron import Cron as Cron
 from ._health import serve_health as serve_health
-from ._lane import Lane as Lane
-from ._lane import LaneStatistics as LaneStatistics
-from ._lane import RateLimit as RateLimit
 from ._logcontext import current_job as current_job
 from ._model._codecs import PayloadCodec as PayloadCodec
 from ._model._codecs import decode_payload as decode_payload
@@ -95,14 +94,17 @@ from ._model._retries import RetryPolicy as RetryPolicy
 from ._model._server_info import ServerInfo as ServerInfo
 from ._model._trace import TraceContext as TraceContext
 from ._model._trace import TraceContextError as TraceContextError
-from ._outcome import Outcome as Outcome
-from ._task import Task as Task
-from ._task import TaskPayloadError as TaskPayloadError
+from ._tasks._task import Task as Task
+from ._tasks._task import TaskPayloadError as TaskPayloadError
 from ._version import __version__ as __version__
 from ._worker import Handler as Handler
 from ._worker import ShutdownHandle as ShutdownHandle
 from ._worker import Worker as Worker
 from ._worker import WorkerStatistics as WorkerStatistics
+from ._worker._lane import Lane as Lane
+from ._worker._lane import LaneStatistics as LaneStatistics
+from ._worker._lane import RateLimit as RateLimit
+from ._worker._outcome import Outcome as Outcome
 
 __all__ = [
     "AttemptMismatchError",

@@ -46,7 +46,7 @@ from ._model._errors import (
     RequestTooLargeError,
     SeppError,
 )
-from ._model._job import Job, JobCtx
+from ._model._job import Job, JobCtx, is_traced, set_traced
 from ._model._limits import DEFAULT_REMEMBER_MESSAGE_LIMIT, request_size_bound
 from ._model._rejections import JobRejection
 from ._model._retries import RetryDirective, RetryPolicy
@@ -103,6 +103,12 @@ class _ChannelLike(Protocol):
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def wall_clock_of(client: Client) -> Callable[[], datetime]:
+    """``client``'s "now" on the server's clock (internal): what turns a lease's expiry into
+    a duration; the worker's heartbeats and the cron scheduler take it as their clock."""
+    return client._wall_clock
 
 
 def _checked_batch(requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
@@ -565,7 +571,7 @@ class Client:
             reply, worker_id=worker_id, make_lease=lambda ctx: _Lease(self, ctx)
         )
         for job in jobs:
-            job.ctx._traced = traced
+            set_traced(job.ctx, traced)
         if errors:
             await self._dead_letter_unreadable(errors, worker_id=worker_id)
         return jobs
@@ -650,7 +656,7 @@ class Client:
         """
         _check_ctx(ctx)
         with _otel.client_span(
-            "sepp.ack", lambda: self._settle_attributes(ctx, "ack"), ctx._traced
+            "sepp.ack", lambda: self._settle_attributes(ctx, "ack"), is_traced(ctx)
         ):
             await self._unary(
                 "ack",
@@ -686,7 +692,7 @@ class Client:
         if not isinstance(reason, str):
             raise InvalidArgumentTypeError(f"reason must be a str, got {type(reason).__name__}")
         with _otel.client_span(
-            "sepp.nack", lambda: self._settle_attributes(ctx, "nack"), ctx._traced
+            "sepp.nack", lambda: self._settle_attributes(ctx, "nack"), is_traced(ctx)
         ) as span:
             reply = await self._unary(
                 "nack",
@@ -715,7 +721,7 @@ class Client:
         _check_ctx(ctx)
         seconds = check_seconds(seconds, "seconds", minimum="millisecond")
         with _otel.client_span(
-            "sepp.extend", lambda: self._settle_attributes(ctx, "extend"), ctx._traced
+            "sepp.extend", lambda: self._settle_attributes(ctx, "extend"), is_traced(ctx)
         ):
             reply = await self._unary(
                 "extend",

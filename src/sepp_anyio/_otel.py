@@ -194,7 +194,7 @@ def tracing() -> bool:
 
     Asking costs about a microsecond while no SDK is installed (the API's getter looks
     the environment up), so a reserve asks once, for itself and for the spans of the
-    jobs it brings (``JobCtx._traced``).
+    jobs it brings (``_model._job.set_traced``).
     """
     api = _api()
     return api is not None and _tracing(api)

@@ -94,6 +94,9 @@ def test_the_telemetry_page_names_every_outcome_label() -> None:
 def test_private_paths_resolve_to_public_names(ext: ModuleType) -> None:
     assert ext.public_name("sepp_anyio._model._job.Job") == "sepp_anyio.Job"
     assert ext.public_name("sepp_anyio._worker.Worker.run") == "sepp_anyio.Worker.run"
+    assert ext.public_name("sepp_anyio._worker._facade.Worker.run") == "sepp_anyio.Worker.run"
+    # The worker's private bases, which the docs leave out of "Bases:".
+    assert ext.public_name("sepp_anyio._worker._reserving.ReserveLoops") is None
     assert ext.public_name("sepp_anyio.server._engine._engine.Engine") == "sepp_anyio.server.Engine"
     assert ext.public_name("sepp_anyio._connect._Connector") is None  # not exported
     assert ext.public_name("sepp_anyio.Job") is None  # already public

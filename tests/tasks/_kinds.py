@@ -21,7 +21,7 @@ import msgspec
 import pydantic
 import typing_extensions
 
-from sepp_anyio._task import Task
+from sepp_anyio._tasks._task import Task
 
 __all__ = ["KINDS", "WHEN", "WIRE", "Kind", "by_id", "hidden"]
 

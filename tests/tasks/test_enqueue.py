@@ -19,7 +19,7 @@ from sepp_anyio import (
     TraceContext,
     Worker,
 )
-from sepp_anyio._task import Task
+from sepp_anyio._tasks._task import Task
 from sepp_anyio.server import DeadLetterCause
 from sepp_anyio.testing import open_in_memory_client
 from tests.worker._helpers import EngineSpy, running

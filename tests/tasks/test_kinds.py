@@ -10,7 +10,7 @@ import pydantic
 import pytest
 
 from sepp_anyio import EnqueueRequest, InvalidArgumentError, Payload, RetryDirective
-from sepp_anyio._task import Task, TaskPayloadError
+from sepp_anyio._tasks._task import Task, TaskPayloadError
 
 from ._kinds import KINDS, Kind
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sepp_anyio import Payload
-from sepp_anyio._task import Task, TaskPayloadError
+from sepp_anyio._tasks._task import Task, TaskPayloadError
 
 
 def _task(annotation: Any) -> Task[Any]:

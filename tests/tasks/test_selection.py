@@ -19,7 +19,7 @@ import pytest
 
 import sepp_anyio
 from sepp_anyio import InvalidArgumentError, InvalidArgumentTypeError
-from sepp_anyio._task import Task
+from sepp_anyio._tasks._task import Task
 
 from ._kinds import DWelcome, PAddress, SAddress, hidden
 
@@ -154,7 +154,7 @@ def test_without_either_library_the_error_names_both_extras() -> None:
         import dataclasses, sys
         sys.modules["pydantic"] = None
         sys.modules["msgspec"] = None
-        from sepp_anyio._task import Task
+        from sepp_anyio._tasks._task import Task
 
         @dataclasses.dataclass
         class Welcome:
@@ -191,7 +191,7 @@ def test_the_task_modules_import_no_worker_code_nor_a_library_until_needed() -> 
         def loaded(*names):
             return sorted(set(names) & set(sys.modules))
 
-        from sepp_anyio._task import Task
+        from sepp_anyio._tasks._task import Task
         plain = Task("q", "t", dict[str, list[int]])
         plain.decode(plain.encode({{"a": [1]}}))
         print(loaded("pydantic", "msgspec"))
@@ -213,7 +213,7 @@ def test_importing_sepp_anyio_does_not_import_msgspec() -> None:
     result = _run(
         """
         import sys
-        import sepp_anyio._task
+        import sepp_anyio._tasks._task
         print("msgspec" in sys.modules)
         """
     )

@@ -18,7 +18,7 @@ from sepp_anyio import (
     RetryDirective,
     TraceContext,
 )
-from sepp_anyio._task import Task, TaskPayloadError
+from sepp_anyio._tasks._task import Task, TaskPayloadError
 
 from ._kinds import WHEN, DAddress, DWelcome, TWelcome
 

@@ -12,7 +12,7 @@ import anyio.abc
 import pytest
 
 from sepp_anyio import JobCtx, Payload, Worker
-from sepp_anyio._heartbeat_timer import HeartbeatTimer
+from sepp_anyio._worker._heartbeat_timer import HeartbeatTimer
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import QUEUE, EngineSpy, enqueue, running

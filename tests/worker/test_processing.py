@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from sepp_anyio import HandlerError, JobCtx, Payload, Worker
-from sepp_anyio._worker import _failure_backoff
+from sepp_anyio._worker._job import _failure_backoff
 from sepp_anyio.server import DeadLetterCause, JobState
 from sepp_anyio.testing import open_in_memory_client
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from sepp_anyio import JobCtx, Lane, Payload, RateLimit, Worker
-from sepp_anyio._lane import TokenBucket
+from sepp_anyio._worker._lane import TokenBucket
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import enqueue, real_time_limit

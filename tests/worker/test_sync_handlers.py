@@ -22,7 +22,7 @@ import anyio.lowlevel
 import pytest
 
 from sepp_anyio import Client, JobCtx, Payload, Worker
-from sepp_anyio._worker import _is_async_callable
+from sepp_anyio._worker._registry import _is_async_callable
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import QUEUE, EngineSpy, enqueue, nack_kind, running

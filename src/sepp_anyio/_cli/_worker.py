@@ -49,13 +49,12 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .. import _lifespan
 from .._client import Client
 from .._health import serve_health
 from .._health._source import DEFAULT_UNREADY_AFTER
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._retries import RetryPolicy
-from .._worker import Handler, HandlerSignatureError, Worker, check_handler
+from .._worker import Handler, HandlerSignatureError, Worker, _lifespan, check_handler
 from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,

@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._client import Client
+from .._client import Client, wall_clock_of
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import JobRejectedError, SeppError
 from ._cron import Cron
@@ -111,7 +111,7 @@ async def run_cron(
     and no later slot is lost because of it).
     """
     items = _checked(crons)
-    clock = wall_clock if wall_clock is not None else client._wall_clock
+    clock = wall_clock if wall_clock is not None else wall_clock_of(client)
     async with anyio.create_task_group() as tg:
         for cron in items:
             await tg.start(_run_one, client, cron, clock, name=f"sepp cron {cron.name}")

@@ -29,13 +29,13 @@ else:
 
     StateT_co = TypeVar("StateT_co", covariant=True)
 
-__all__ = ["Job", "JobCtx"]
+__all__ = ["Job", "JobCtx", "attach_lease", "attach_state", "is_traced", "set_traced"]
 
 
 class _LeaseLike(Protocol):
     """What :class:`JobCtx` needs from the client's lease object (internal).
 
-    The client attaches one per reserved job as ``ctx._lease``. ``known_expiry`` is the
+    The client attaches one per reserved job (:func:`attach_lease`). ``known_expiry`` is the
     expiry the worker's heartbeat schedules against: it must follow the *granted* lease,
     which the server may clamp below what was requested.
     """
@@ -130,6 +130,34 @@ class JobCtx(Generic[StateT_co]):
             f"JobCtx(id={self.id}, job_type={self.job_type}, "
             f"attempt={self.attempt}/{self.max_attempts}, priority={self.priority})"
         )
+
+
+# The internal setters and getters of JobCtx's private fields, for the modules that build
+# a context (the wire conversion, the client's reserve) and the worker that runs it: no
+# other module touches the fields themselves.
+
+
+def attach_lease(ctx: JobCtx[Any], lease: _LeaseLike) -> None:
+    """Give ``ctx`` the lease that :meth:`JobCtx.extend` goes through (a reserve does, once
+    per reserved job, before the context is handed to anyone)."""
+    ctx._lease = lease
+
+
+def attach_state(ctx: JobCtx[Any], state: Any) -> None:
+    """Set what :attr:`JobCtx.state` returns (the worker does: its lifespan's value, before
+    the handler runs)."""
+    ctx._state = state
+
+
+def set_traced(ctx: JobCtx[Any], traced: bool | None) -> None:
+    """Record whether the job's spans are made (decided once by the reserve that brought
+    it; None asks the tracer at each span)."""
+    ctx._traced = traced
+
+
+def is_traced(ctx: JobCtx[Any]) -> bool | None:
+    """Whether the job's spans are made, as :func:`set_traced` recorded it (None: ask)."""
+    return ctx._traced
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from .._model._errors import (
     MalformedResponseError,
     MalformedServerInfoError,
 )
-from .._model._job import Job, JobCtx, _LeaseLike
+from .._model._job import Job, JobCtx, _LeaseLike, attach_lease
 from .._model._payload import Payload
 from .._model._rejections import (
     CustomEntriesTooMany,
@@ -541,7 +541,7 @@ def job_from_pb(
     )
     payload = payload_from_pb(message.payload, job_id=job_id)
     if make_lease is not None:
-        ctx._lease = make_lease(ctx)
+        attach_lease(ctx, make_lease(ctx))
     return Job(payload, ctx)
 
 

@@ -15,13 +15,42 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._model._error_root import InvalidArgumentTypeError
-from ._model._job import JobCtx
+from .._model._error_root import InvalidArgumentTypeError
+from .._model._job import JobCtx
 
 if TYPE_CHECKING:
     from ._lease import JobRun
 
-__all__ = ["Outcome", "OutcomeHook", "check_outcome_hook", "outcome_of", "report_outcome"]
+__all__ = [
+    "Outcome",
+    "OutcomeHook",
+    "Settled",
+    "check_outcome_hook",
+    "outcome_of",
+    "report_outcome",
+]
+
+
+class Settled(enum.StrEnum):
+    """How the worker ended one delivery (internal): the label of its metrics, and what
+    :func:`outcome_of` turns into the public :class:`Outcome` with the run's flags.
+
+    A ``str`` (its value is the internal name the metrics' ``OUTCOMES`` map keys on).
+    """
+
+    #: Acked.
+    ACK = "ack"
+    #: Nacked, and the server keeps it for another attempt.
+    RETRY = "retry"
+    #: Nacked, and the server dead-lettered it.
+    DEAD_LETTER = "dead_letter"
+    #: The ack or nack failed or timed out.
+    SETTLE_FAILED = "settle_failed"
+    #: Not settled: the lease was lost while the handler ran.
+    LEASE_LOST = "lease_lost"
+    #: Not settled, and no outcome reported: ``run()`` was cancelled from outside, or the
+    #: job's task ended with a ``BaseException`` that is not an ``Exception``.
+    CANCELLED = "cancelled"
 
 
 class Outcome(enum.Enum):
@@ -90,16 +119,15 @@ async def report_outcome(
 
 
 _SETTLED = {
-    "ack": Outcome.ACKED,
-    "dead_letter": Outcome.DEAD_LETTERED,
-    "settle_failed": Outcome.SETTLE_FAILED,
-    "lease_lost": Outcome.LEASE_LOST,
+    Settled.ACK: Outcome.ACKED,
+    Settled.DEAD_LETTER: Outcome.DEAD_LETTERED,
+    Settled.SETTLE_FAILED: Outcome.SETTLE_FAILED,
+    Settled.LEASE_LOST: Outcome.LEASE_LOST,
 }
 
 
-def outcome_of(name: str, run: JobRun) -> Outcome:
-    """The :class:`Outcome` of a job the worker settled as ``name`` (its internal name:
-    ``ack``, ``retry``, ``dead_letter``, ``settle_failed``, ``lease_lost``).
+def outcome_of(name: Settled, run: JobRun) -> Outcome:
+    """The :class:`Outcome` of a job the worker settled as ``name``.
 
     A nack for retry is ``TIMED_OUT`` or ``RELEASED`` when the worker's timeout or its
     shutdown decided it; a dead-lettered one is ``DEAD_LETTERED`` whatever decided it

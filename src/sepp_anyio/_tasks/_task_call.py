@@ -11,8 +11,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ._model._job import JobCtx
-from ._model._payload import Payload
+from .._model._job import JobCtx
+from .._model._payload import Payload
 from ._task import Task
 
 __all__ = ["typed_call"]

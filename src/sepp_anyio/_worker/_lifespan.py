@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from ._model._error_root import InvalidArgumentTypeError
+from .._model._error_root import InvalidArgumentTypeError
 
 __all__ = ["Lifespan", "Remainder", "chained", "check_lifespan", "enter"]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
-from ._model._checks import (
+from .._model._checks import (
     MAX_PRIORITY,
     UINT32_MAX,
     check_int,
@@ -34,16 +34,16 @@ from ._model._checks import (
     check_seconds,
     check_str,
 )
-from ._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
-from ._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
-from ._model._errors import HandlerError
-from ._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
-from ._model._retries import RetryDirective
-from ._model._trace import TraceContext
+from .._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from .._model._errors import HandlerError
+from .._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
+from .._model._retries import RetryDirective
+from .._model._trace import TraceContext
 from ._typed import Invalid, Problem, TypeCodec, codec_for
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from .._client import Client
 
 __all__ = ["Task", "TaskPayloadError"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import anyio
 
-from ._logcontext import JobLog
-from ._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
-from ._model._job import JobCtx
+from .._logcontext import JobLog
+from .._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
+from .._model._job import JobCtx
 
 __all__ = ["JobRun", "heartbeat", "heartbeat_delay"]
 

@@ -56,7 +56,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
-from ._model._payload import Payload
+from .._model._payload import Payload
 
 __all__ = ["Invalid", "Problem", "TypeCodec", "codec_for"]
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._model._checks import check_count, check_queue_names, check_seconds
-from ._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from .._model._checks import check_count, check_queue_names, check_seconds
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
     from ._lease import JobRun

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeAlias
 
-from ._model._error_root import InvalidArgumentTypeError
-from ._model._job import JobCtx
+from .._model._error_root import InvalidArgumentTypeError
+from .._model._job import JobCtx
 
 __all__ = ["Middleware", "call_through", "check_middleware"]
 

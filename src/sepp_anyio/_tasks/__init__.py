@@ -1,0 +1,6 @@
+"""Typed tasks: :class:`~sepp_anyio.Task` (``_task``), the type adapters behind its
+payloads (``_typed``) and the call that runs one as a handler (``_task_call``).
+
+This ``__init__`` imports nothing, so that importing a task module loads no worker or
+client code (tests/tasks/test_selection.py checks it).
+"""
