@@ -135,3 +135,25 @@ async def test_a_lease_is_held_to_one_rule_everywhere() -> None:
 )
 def test_seconds_rule(seconds: float, minimum: Any, expected: str | None) -> None:
     assert seconds_problem(seconds, minimum) == expected
+
+
+def test_no_bare_value_or_type_error_is_raised_outside_the_checks() -> None:
+    """Every bad argument is refused through ``_model/_checks.py`` (or raises an error of
+    the tree, ``InvalidArgumentError`` / ``InvalidArgumentTypeError``); a refusal of the
+    wire's own is a named ``ValueError`` subclass.  A bare ``raise ValueError(`` or
+    ``raise TypeError(`` elsewhere in ``src/`` escapes the tree."""
+    import re
+    from pathlib import Path
+
+    import sepp_anyio
+
+    src = Path(sepp_anyio.__file__).resolve().parent
+    bare = re.compile(r"\braise (ValueError|TypeError)\(")
+    found = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        if "_proto" not in path.relative_to(src).parts and path.name != "_checks.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert found == []

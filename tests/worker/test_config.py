@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import pytest
 
+import sepp_anyio as sepp
 from sepp_anyio import (
     Client,
     DuplicateHandlerError,
@@ -144,10 +145,15 @@ def test_catch_all_works_as_a_decorator_and_replaces_the_previous_one() -> None:
     assert worker._catch_all is noop
 
 
-@pytest.mark.parametrize("job_type", ["", None])
-def test_bad_job_type_is_refused(job_type: Any) -> None:
+@pytest.mark.parametrize(
+    ("job_type", "error"),
+    [("", sepp.InvalidArgumentError), (None, sepp.InvalidArgumentTypeError)],
+)
+def test_bad_job_type_is_refused(job_type: Any, error: type[Exception]) -> None:
+    """Through the one rule of ``_checks``: an empty name is a bad value, a name that is
+    not a str a bad type."""
     worker = Worker(CLIENT, ["q"])
-    with pytest.raises(ValueError, match="job_type"):
+    with pytest.raises(error, match="job_type"):
         worker.handle(job_type, noop)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Hashable
 
 from . import _frames as F
 from ._closed import EndedStreams, ResetStreams
+from ._errors import LimitsError
 from ._flow import DEFAULT_WINDOW, MAX_WINDOW, InboundWindow
 from ._hpack import HeaderDecoder, HeaderEncoder
 from ._limits import Limits, TokenBucket
@@ -123,9 +124,9 @@ class ConnectionBase(ConnectionState):
             ("connection_window", connection_window),
         ):
             if not DEFAULT_WINDOW <= value <= MAX_WINDOW:
-                raise ValueError(f"{name} must be within 65535 .. 2**31 - 1, not {value}")
+                raise LimitsError(f"{name} must be within 65535 .. 2**31 - 1, not {value}")
         if not DEFAULT_MAX_FRAME_SIZE <= limits.max_frame_size <= MAX_MAX_FRAME_SIZE:
-            raise ValueError("max_frame_size must be within 2**14 .. 2**24 - 1")
+            raise LimitsError("max_frame_size must be within 2**14 .. 2**24 - 1")
         ConnectionState.__init__(self)
         self.client_side = client_side
         self.limits = limits

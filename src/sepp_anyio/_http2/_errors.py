@@ -21,6 +21,7 @@ __all__ = [
     "ConnectionClosedError",
     "ErrorCode",
     "HeaderListTooLargeError",
+    "LimitsError",
     "LocalProtocolError",
     "ProtocolViolation",
     "StreamClosedError",
@@ -68,6 +69,10 @@ class ProtocolViolation(Exception):
         super().__init__(reason)
         self.code = code
         self.reason = reason
+
+
+class LimitsError(ValueError):
+    """A :class:`Limits` value (or an argument) outside what HTTP/2 allows."""
 
 
 class LocalProtocolError(Exception):

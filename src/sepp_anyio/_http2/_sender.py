@@ -27,6 +27,7 @@ from ._errors import (
     ConnectionClosedError,
     ErrorCode,
     HeaderListTooLargeError,
+    LimitsError,
     LocalProtocolError,
     StreamClosedError,
     StreamIdsExhaustedError,
@@ -352,7 +353,7 @@ class Sender(ConnectionBase):
             ConnectionClosedError: the connection is closed.
         """
         if len(data) != 8:
-            raise ValueError("a PING payload is 8 bytes")
+            raise LimitsError("a PING payload is 8 bytes")
         if self._closed:
             raise ConnectionClosedError("the connection is closed")
         self._queue(F.ping(data))

@@ -56,6 +56,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
+from .._model._error_root import InvalidArgumentTypeError
 from .._model._payload import Payload
 
 __all__ = ["Invalid", "Problem", "TypeCodec", "codec_for"]
@@ -152,7 +153,7 @@ def codec_for(annotation: object) -> TypeCodec[Any]:
     """
     libraries = _libraries_in(annotation, set())
     if len(libraries) > 1:
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             f"{_name(annotation)} mixes pydantic and msgspec types; neither library can "
             "validate the other's, so use one of them per task"
         )
@@ -275,7 +276,9 @@ class _PydanticCodec(TypeCodec[Any]):
             pydantic.PydanticUndefinedAnnotation,
             NameError,
         ) as exc:
-            raise TypeError(f"pydantic cannot validate {_name(annotation)}: {exc}") from None
+            raise InvalidArgumentTypeError(
+                f"pydantic cannot validate {_name(annotation)}: {exc}"
+            ) from None
 
     def _invalid(self, exc: Any, *, drop: int = 0) -> Invalid:
         errors = exc.errors(include_url=False)
@@ -357,11 +360,13 @@ class _MsgspecCodec(TypeCodec[Any]):
             self._decoder: Any = msgspec.json.Decoder(annotation)
             custom = _msgspec_custom_type(msgspec, annotation)
         except (TypeError, NameError) as exc:  # NameError: an unresolvable forward reference
-            raise TypeError(f"msgspec cannot validate {_name(annotation)}: {exc}") from None
+            raise InvalidArgumentTypeError(
+                f"msgspec cannot validate {_name(annotation)}: {exc}"
+            ) from None
         if custom is not None:
             # msgspec accepts any class as a "custom type" that needs encode/decode hooks;
             # without them, no value of it could ever be sent, so say so now.
-            raise TypeError(
+            raise InvalidArgumentTypeError(
                 f"msgspec cannot validate {_name(annotation)}: {_name(custom)} has no JSON "
                 "form (it is neither a msgspec Struct, a dataclass, a TypedDict nor a "
                 "type msgspec supports)"
@@ -669,6 +674,11 @@ class _JsonCodec(TypeCodec[Any]):
         return self._check(parsed)
 
 
+class _NotJsonError(ValueError):
+    """A constant json.loads reads but JSON does not have (a ValueError, which json
+    itself raises for what it cannot read)."""
+
+
 def _refuse_constant(name: str) -> object:
     # json.loads reads NaN, Infinity and -Infinity, which are not JSON.
-    raise ValueError(f"{name} is not JSON")
+    raise _NotJsonError(f"{name} is not JSON")

@@ -146,7 +146,7 @@ from .._health import LaneProbe, MetricsRegistry, WorkerHealth
 from .._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from .._logcontext import job_log_records
 from .._model._checks import check_count, check_seconds, check_str
-from .._model._error_root import InvalidArgumentError
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import (
     DuplicateHandlerError,
 )
@@ -523,7 +523,9 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 parameter is annotated with a class the task's values are not.
         """
         if not isinstance(task, Task):
-            raise TypeError(f"Worker.task() takes a sepp.Task, got a {type(task).__name__}")
+            raise InvalidArgumentTypeError(
+                f"Worker.task() takes a sepp.Task, got a {type(task).__name__}"
+            )
         if task.queue not in self.queues:
             raise InvalidArgumentError(
                 f"task {task!r} is enqueued to queue {task.queue!r}, which this worker does "
@@ -562,8 +564,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         return fn
 
     def _checked(self, job_type: str, fn: Handler) -> AsyncHandler:
-        if not isinstance(job_type, str) or not job_type:
-            raise ValueError(f"job_type must be a non-empty str, got {job_type!r}")
+        check_str(job_type, "job_type")
         return self._adapted(fn, check_handler(f"job type {job_type!r}", fn))
 
     @property
@@ -584,11 +585,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             RuntimeError: the worker is running (register crons before :meth:`run`).
         """
         if not isinstance(cron, Cron):
-            raise TypeError(f"cron must be a sepp_anyio.Cron, got {type(cron).__name__}")
+            raise InvalidArgumentTypeError(
+                f"cron must be a sepp_anyio.Cron, got {type(cron).__name__}"
+            )
         if self._running:
             raise RuntimeError("register crons before run(): this worker is running")
         if any(known.name == cron.name for known in self._crons):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a cron named {cron.name!r} is already registered: their idempotency keys"
                 " would collide (give one of them another name=)"
             )
@@ -770,15 +773,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 lanes: the first lane refused ends the run, and the refusals of the others
                 (cancelled then) are not raised.
             RuntimeError: the worker is already running.
-            ValueError, TypeError: a ``job_limit`` that is not an int >= 1.
+            InvalidArgumentError, InvalidArgumentTypeError: a ``job_limit`` that is not
+                an int >= 1.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
         if job_limit is not None:
-            if isinstance(job_limit, bool) or not isinstance(job_limit, int):
-                raise TypeError(f"job_limit must be an int, got {type(job_limit).__name__}")
-            if job_limit < 1:
-                raise ValueError(f"job_limit must be >= 1, got {job_limit}")
+            check_count(job_limit, "job_limit")
         self._jobs_left = job_limit
         self._running = True
         self._stop = anyio.Event()

@@ -51,7 +51,7 @@ def _manager(lifespan: Lifespan, worker: object) -> AbstractAsyncContextManager[
         # it), applied to a generator that was not decorated.
         generator = made
         return contextlib.asynccontextmanager(lambda: generator)()
-    raise TypeError(
+    raise InvalidArgumentTypeError(
         f"lifespan {getattr(lifespan, '__qualname__', lifespan)!r} returned a "
         f"{type(made).__name__}, not an async context manager (decorate an async generator "
         "function with contextlib.asynccontextmanager, or pass it as it is)"

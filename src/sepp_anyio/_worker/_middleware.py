@@ -76,7 +76,7 @@ async def call_through(
             # subclass hook accepts any object with __aenter__ and __aexit__).
             manager: object = item(ctx)
             if not isinstance(manager, AbstractAsyncContextManager):
-                raise TypeError(
+                raise InvalidArgumentTypeError(
                     f"middleware {getattr(item, '__qualname__', item)!r} returned a "
                     f"{type(manager).__name__}, not an async context manager"
                 )

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.lowlevel
 
+from sepp_anyio._model._error_root import InvalidArgumentError
+
 
 class Clock:
     """The default clock: wall time anchored at first use, advanced by the loop's clock.
@@ -111,7 +113,7 @@ class ManualClock(Clock):
         step); those sleepers have been woken, and a later advance goes on from there.
         """
         if seconds < 0:
-            raise ValueError("a ManualClock cannot go backwards")
+            raise InvalidArgumentError("a ManualClock cannot go backwards")
         target = self._now + round(seconds * 1000)
         # First let every task reach its next sleep, so no deadline is registered late.
         await anyio.wait_all_tasks_blocked()

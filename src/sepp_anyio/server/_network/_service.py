@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import anyio
 
 from sepp_anyio._grpc import GrpcError
-from sepp_anyio._model._error_root import StatusCode
+from sepp_anyio._model._error_root import InvalidArgumentTypeError, StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire._codec import decode, encode
 
@@ -121,7 +121,9 @@ class MessageCodec:
             TypeError: ``message`` is not a ``message_type``.
         """
         if not isinstance(message, message_type):
-            raise TypeError(f"message must be {message_type!r}, not {type(message)!r}")
+            raise InvalidArgumentTypeError(
+                f"message must be {message_type!r}, not {type(message)!r}"
+            )
         return encode(message)
 
     def decode(self, data: bytes, message_type: type[Any]) -> Any:
@@ -254,11 +256,15 @@ _SERVING: Final = 1
 _NOT_SERVING: Final = 2
 
 
+class _HealthDecodeError(ValueError):
+    """A health message that is not valid protobuf."""
+
+
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(data):
-            raise ValueError("truncated varint")
+            raise _HealthDecodeError("truncated varint")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
@@ -266,7 +272,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
         shift += 7
         if shift >= 64:
-            raise ValueError("varint too long")
+            raise _HealthDecodeError("varint too long")
 
 
 def _varint(value: int) -> bytes:
@@ -300,9 +306,9 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
             elif wire_type in (1, 5):
                 size = 8 if wire_type == 1 else 4
             else:
-                raise ValueError(f"unsupported wire type {wire_type}")
+                raise _HealthDecodeError(f"unsupported wire type {wire_type}")
             if pos + size > len(data):
-                raise ValueError("truncated field")
+                raise _HealthDecodeError("truncated field")
             value, pos = data[pos : pos + size], pos + size
         yield field, value
 

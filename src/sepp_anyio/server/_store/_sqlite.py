@@ -32,6 +32,8 @@ from typing import Any, Literal, final
 import anyio
 import anyio.to_thread
 
+from sepp_anyio._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+
 from ._records import (
     CustomValue,
     DeadLetter,
@@ -222,7 +224,7 @@ def _statement(write: Write) -> tuple[str, tuple[Any, ...]]:
             return _PUT_DEDUP, (e.queue, e.key, e.job_id, e.enqueued_at_ms, e.deadline_ms)
         case DeleteDedup(queue=queue, key=key):
             return _DELETE_DEDUP, (queue, key)
-    raise TypeError(f"unknown write {write!r}")
+    raise InvalidArgumentTypeError(f"unknown write {write!r}")
 
 
 @final
@@ -239,7 +241,9 @@ class SqliteStore:
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL") -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+            raise InvalidArgumentError(
+                f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}"
+            )
         self.path = os.fspath(path)
         self.synchronous: Synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
