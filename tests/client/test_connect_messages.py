@@ -20,7 +20,7 @@ import pytest
 
 import sepp_anyio
 from sepp_anyio import ConnectError
-from sepp_anyio._connect import _is_loopback
+from sepp_anyio._client._connect import _is_loopback
 from sepp_anyio.server import ServerThread
 from tests.support.servers import GrpcioTestServer, GrpclibTestServer, TLSMaterial, make_tls
 

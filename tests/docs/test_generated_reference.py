@@ -98,5 +98,5 @@ def test_private_paths_resolve_to_public_names(ext: ModuleType) -> None:
     # The worker's private bases, which the docs leave out of "Bases:".
     assert ext.public_name("sepp_anyio._worker._reserving.ReserveLoops") is None
     assert ext.public_name("sepp_anyio.server._engine._engine.Engine") == "sepp_anyio.server.Engine"
-    assert ext.public_name("sepp_anyio._connect._Connector") is None  # not exported
+    assert ext.public_name("sepp_anyio._client._connect._Connector") is None  # not exported
     assert ext.public_name("sepp_anyio.Job") is None  # already public

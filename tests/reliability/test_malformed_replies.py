@@ -376,11 +376,11 @@ async def test_a_worker_survives_hung_reserves_and_a_hung_ack(
     """Reserves that never answer end at their deadline (wait + slack, shortened here) and
     are retried after the backoff; an ack that never answers ends at the RPC deadline and is
     counted as a settle error.  The worker keeps working and shuts down promptly."""
-    import sepp_anyio._client
+    import sepp_anyio._client._client
 
     # Long enough that an answered reserve or ack never hits its deadline on a loaded
     # machine (0.2 s did, and counted a third reserve error), short enough for a quick test.
-    monkeypatch.setattr(sepp_anyio._client, "RESERVE_DEADLINE_SLACK", 1.0)
+    monkeypatch.setattr(sepp_anyio._client._client, "RESERVE_DEADLINE_SLACK", 1.0)
     delivered = 0
 
     def reserve(request: Any) -> Any:

@@ -209,9 +209,9 @@ async def test_the_dead_letter_nacks_are_bounded(
 ) -> None:
     """A server that never answers the nack cannot hold the reserve: it gives up after
     UNREADABLE_JOB_NACK_TIMEOUT (shortened here) and returns the good jobs."""
-    import sepp_anyio._client
+    import sepp_anyio._client._client
 
-    monkeypatch.setattr(sepp_anyio._client, "UNREADABLE_JOB_NACK_TIMEOUT", 0.3)
+    monkeypatch.setattr(sepp_anyio._client._client, "UNREADABLE_JOB_NACK_TIMEOUT", 0.3)
     data, good = _hundred_jobs_one_poisoned()
     _script(server, data)
     server.script(

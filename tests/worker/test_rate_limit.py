@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from sepp_anyio import JobCtx, Lane, Payload, RateLimit, Worker
-from sepp_anyio._worker._lane import TokenBucket
+from sepp_anyio._worker._lane import RateGate
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import enqueue, real_time_limit
@@ -37,7 +37,7 @@ async def test_the_bucket_makes_progress_for_thousands_of_refills(
     rate = limit.count / limit.per
     # The clock's magnitude changes how the refill times round.
     await anyio.sleep(offset)
-    bucket = TokenBucket(limit)
+    bucket = RateGate(limit)
     expected_end = (TOKENS - limit.count) / rate
     async with real_time_limit(30):
         with anyio.fail_after(expected_end + 10):
@@ -54,7 +54,7 @@ async def test_the_bucket_makes_progress_for_thousands_of_refills(
 
 
 async def test_the_bucket_grants_what_it_has_and_takes_back_what_was_not_used() -> None:
-    bucket = TokenBucket(RateLimit(5, per=1.0))
+    bucket = RateGate(RateLimit(5, per=1.0))
     async with real_time_limit(30):
         with anyio.fail_after(1000):
             begin = anyio.current_time()

@@ -9,19 +9,20 @@ Exit status, for every subcommand: 0 on success, 1 when the work fails (an unrea
 server, a refusal), 2 for bad input on the command line (an unknown command too: the line
 lists the commands and suggests the nearest); a failure is one line on stderr. When the
 reader of stdout goes away (``sepp-anyio info | head -1``) the command stops quietly with
-status 141, 128 + SIGPIPE (see ``_common.stdout_closed``).
+status 141, 128 + SIGPIPE (see ``_pipe.stdout_closed``).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .._model._groups import unwrap
 from .._version import __version__
+from ._pipe import EXIT_BROKEN_PIPE, stdout_closed
 
 __all__ = ["main"]
 
@@ -112,25 +113,6 @@ def _unknown_command(name: str) -> str:
     )
 
 
-def _leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
-def _stdout_closed() -> int:
-    # The same as _common.stdout_closed, which is not imported here: `--help` stays fast.
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        finally:
-            os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-    return 141
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
@@ -147,12 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             sys.stdout.flush()
         except BrokenPipeError:
-            _stdout_closed()
-            raise SystemExit(141) from None
+            stdout_closed()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
         raise exit_ from None
     except BaseException as raw:  # a closed stdout arrives bare or in exception groups
-        if isinstance(_leaf(raw), BrokenPipeError):
-            return _stdout_closed()
+        if isinstance(unwrap(raw), BrokenPipeError):
+            return stdout_closed()
         raise
     return status
 

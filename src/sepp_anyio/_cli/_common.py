@@ -31,8 +31,7 @@ from typing import Final, NoReturn
 
 import anyio
 
-from .._client import Client
-from .._connect import check_api_key, connect
+from .._client import Client, check_api_key, connect
 from .._model._checks import Minimum, check_queue_name, check_str, seconds_problem
 from .._model._errors import (
     ConnectError,
@@ -41,8 +40,10 @@ from .._model._errors import (
     SeppError,
     UnauthenticatedError,
 )
+from .._model._groups import unwrap
 from .._model._retries import RetryPolicy
 from .._transport._target import parse_target
+from ._pipe import EXIT_BROKEN_PIPE, stdout_closed
 
 __all__ = [
     "BACKENDS",
@@ -60,12 +61,12 @@ __all__ = [
     "configure_logging",
     "describe",
     "error_line",
-    "leaf",
     "lease_seconds",
     "nonempty_text",
     "nonnegative_seconds",
     "open_client",
     "parse",
+    "port_number",
     "positive_int",
     "positive_seconds",
     "queue_name",
@@ -77,8 +78,6 @@ __all__ = [
 
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
-#: 128 + SIGPIPE (13 on every POSIX system; Windows has no SIGPIPE, the number is kept).
-EXIT_BROKEN_PIPE: Final = 141
 DEFAULT_ADDRESS: Final = "127.0.0.1:50051"
 BACKENDS: Final = ("asyncio", "trio")
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -123,6 +122,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 to 65535 (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535 (0 = any free port), not {value}")
     return value
 
 
@@ -374,13 +384,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 # --------------------------------------------------------------------------- running
 
 
-def leaf(error: BaseException) -> BaseException:
-    """The lone exception inside nested single-member exception groups."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
 #: What an UNAUTHENTICATED refusal needs: the key, given one of the two ways.
 _API_KEY_HINT: Final = "pass the server's API key with --api-key KEY or set $SEPP_API_KEY"
 
@@ -400,25 +403,6 @@ def describe(error: SeppError) -> str:
     return text
 
 
-def stdout_closed() -> int:
-    """Stdout's reader went away: point stdout at ``os.devnull``; return 141.
-
-    The recipe of the Python documentation (``signal``, "Note on SIGPIPE"): with stdout on
-    devnull, the flush at interpreter exit cannot raise ``BrokenPipeError`` again (which
-    would print "Exception ignored ..." and exit 120). Nothing is printed: the reader chose
-    to stop reading, as with ``| head -1``.
-    """
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        finally:
-            os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no real stdout (replaced, or closed)
-        pass
-    return EXIT_BROKEN_PIPE
-
-
 def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "asyncio") -> int:
     """Run ``main`` on ``backend``; return its status, or report a failure in one line.
 
@@ -434,7 +418,7 @@ def run_async(prog: str, main: Callable[[], Awaitable[int]], *, backend: str = "
     except KeyboardInterrupt:
         return 130
     except BaseException as raw:
-        error = leaf(raw)
+        error = unwrap(raw)
         if isinstance(error, KeyboardInterrupt):
             return 130
         if isinstance(error, BrokenPipeError):

@@ -54,6 +54,7 @@ from typing import Any, Final
 
 import anyio
 
+from .._model._groups import unwrap
 from .._version import __version__
 from ..server._config._config import ServerConfig
 from ..server._config._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
@@ -74,8 +75,8 @@ from ._common import (
     LOG_LEVELS,
     configure_logging,
     error_line,
-    leaf,
     nonnegative_seconds,
+    port_number,
 )
 
 __all__ = [
@@ -92,16 +93,6 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 50051
 DEFAULT_DB_PATH: Final = "./sepp-data.sqlite3"
 _PROG: Final = "python -m sepp_anyio.server"
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535 (0 = any free port), not {value}")
-    return value
 
 
 def _duration_ms(*, zero: bool) -> Callable[[str], int]:
@@ -218,7 +209,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         help=f"TCP port, 0 for any free one (default: {DEFAULT_PORT}, or server.listen_addr)",
     )
     storage = parser.add_mutually_exclusive_group()
@@ -428,7 +419,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         return 130
     except BaseException as raw:
         # A lone exception may arrive wrapped in task-group exception groups.
-        error = leaf(raw)
+        error = unwrap(raw)
         if isinstance(error, ConfigError):  # unusable TLS files
             return _config_error(parser, error)
         if isinstance(error, KeyboardInterrupt):

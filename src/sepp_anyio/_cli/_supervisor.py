@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
-from ._common import EXIT_USAGE, CliError, positive_int
+from ._common import EXIT_USAGE, CliError, port_number, positive_int
 
 __all__ = [
     "CHILD_ENV",
@@ -84,7 +84,7 @@ def add_process_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("processes")
     group.add_argument(
         "--health-port",
-        type=_port,
+        type=port_number,
         metavar="PORT",
         help="serve /livez, /readyz and /metrics on this port (0: any free one; with "
         "--workers N, child n uses PORT + n - 1)",
@@ -116,16 +116,6 @@ def add_process_options(parser: argparse.ArgumentParser) -> None:
         help="development: restart the worker (after draining it) when a Python file "
         "under --path changes (needs watchfiles; implies the supervisor)",
     )
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
-    return value
 
 
 def check_health_host(args: argparse.Namespace) -> None:

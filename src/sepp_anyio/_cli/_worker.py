@@ -54,7 +54,14 @@ from .._health import serve_health
 from .._health._source import DEFAULT_UNREADY_AFTER
 from .._model._errors import UnauthenticatedError, UnknownQueuesError
 from .._model._retries import RetryPolicy
-from .._worker import Handler, HandlerSignatureError, Worker, _lifespan, check_handler
+from .._worker import (
+    Handler,
+    HandlerSignatureError,
+    Worker,
+    _lifespan,
+    check_handler,
+    enclose_lifespan,
+)
 from ._common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -387,7 +394,7 @@ async def _built_worker(
         remainder = _lifespan.Remainder(manager)
         async with remainder:
             worker = _check_made(target, made)
-            worker._lifespan = _lifespan.chained(remainder, worker._lifespan)
+            enclose_lifespan(worker, remainder)
             yield worker
         return
     with _registration_errors(target):

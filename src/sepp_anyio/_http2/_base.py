@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from .._bucket import TokenBucket
 from . import _frames as F
 from ._closed import EndedStreams, ResetStreams
 from ._errors import LimitsError
 from ._flow import DEFAULT_WINDOW, MAX_WINDOW, InboundWindow
 from ._hpack import HeaderDecoder, HeaderEncoder
-from ._limits import Limits, TokenBucket
+from ._limits import Limits
 from ._settings import (
     DEFAULT_HEADER_TABLE_SIZE,
     DEFAULT_MAX_FRAME_SIZE,
@@ -222,4 +223,4 @@ class ConnectionBase(ConnectionState):
         del self._streams[stream_id]
         self._ended.add(stream_id, _LATE_FRAMES_AFTER_COMPLETION, peer_reset=False)
         if not self.client_side:
-            self._reset_budget.give()
+            self._reset_budget.give(self._now)

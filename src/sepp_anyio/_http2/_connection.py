@@ -156,18 +156,16 @@ class Connection(Reader, Sender):
         return 0 if block is None else len(block)
 
     @property
-    def reset_budget(self) -> float:
+    def reset_budget(self) -> int:
         """Server role: what is left of the rapid-reset budget (refilled up to the
         ``now`` of the last ``receive_data``)."""
-        self._reset_budget.refill(self._now)
-        return self._reset_budget.tokens
+        return self._reset_budget.tokens(self._now)
 
     @property
-    def glitch_budget(self) -> float:
+    def glitch_budget(self) -> int:
         """What is left of the glitch budget (refilled up to the ``now`` of the last
         ``receive_data``)."""
-        self._glitches.refill(self._now)
-        return self._glitches.tokens
+        return self._glitches.tokens(self._now)
 
     @property
     def encoder_table(self) -> tuple[tuple[bytes, bytes], ...]:

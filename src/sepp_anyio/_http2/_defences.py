@@ -108,7 +108,7 @@ class Defences(ConnectionBase):
             raise ProtocolViolation(ErrorCode.FRAME_SIZE_ERROR, f"PRIORITY of {length} bytes")
 
     def _glitch(self, what: str) -> None:
-        if not self._glitches.take(self._now):
+        if not self._glitches.spend(self._now):
             raise ProtocolViolation(
                 ErrorCode.ENHANCE_YOUR_CALM, f"too many useless frames (the last: {what})"
             )
@@ -229,7 +229,7 @@ class Defences(ConnectionBase):
             self._spend_reset_budget()
 
     def _spend_reset_budget(self) -> None:
-        if not self._reset_budget.take(self._now):
+        if not self._reset_budget.spend(self._now):
             raise ProtocolViolation(ErrorCode.ENHANCE_YOUR_CALM, "too_many_resets")
 
     def _connection_error(self, code: ErrorCode, reason: str, events: list[Event]) -> None:

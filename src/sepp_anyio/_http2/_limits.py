@@ -1,5 +1,5 @@
-"""The connection's defences against hostile peers: limits with their defaults, and the
-token bucket the budgets use.
+"""The connection's defences against hostile peers: limits with their defaults (the budgets
+are ``sepp_anyio._bucket`` token buckets).
 
 Every number comes from ``http2-hardening.md`` (its "Ours" paragraphs and summary
 table); the section is named next to each field. All of them are settings of
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Limits", "TokenBucket"]
+__all__ = ["Limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,37 +80,3 @@ class Limits:
     assumed_max_concurrent_streams: int = 100
     #: The largest HPACK table our encoder uses, whatever the peer offers. Section 4.
     max_encoder_table_size: int = 4096
-
-
-class TokenBucket:
-    """A budget of ``burst`` tokens refilled at ``rate`` per second of the caller's clock.
-
-    The refill is computed lazily when tokens are taken, from the ``now`` passed in.
-    """
-
-    __slots__ = ("burst", "rate", "tokens", "updated")
-
-    def __init__(self, burst: float, rate: float) -> None:
-        self.burst = burst
-        self.rate = rate
-        self.tokens = float(burst)
-        self.updated: float | None = None
-
-    def refill(self, now: float) -> None:
-        """Add what ``now - updated`` earned, up to ``burst``."""
-        updated = self.updated
-        self.updated = now
-        if updated is not None and now > updated:
-            tokens = self.tokens + (now - updated) * self.rate
-            self.tokens = tokens if tokens < self.burst else float(self.burst)
-
-    def take(self, now: float, count: float = 1.0) -> bool:
-        """Take ``count`` tokens; False when the budget is used up (it goes to or below 0)."""
-        self.refill(now)
-        self.tokens -= count
-        return self.tokens > 0
-
-    def give(self, count: float = 1.0) -> None:
-        """Return ``count`` tokens (a stream completed normally), up to ``burst``."""
-        tokens = self.tokens + count
-        self.tokens = tokens if tokens < self.burst else float(self.burst)

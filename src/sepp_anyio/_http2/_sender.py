@@ -296,7 +296,7 @@ class Sender(ConnectionBase):
         self._out_bytes += 13
         return True
 
-    def credit_reset_budget(self, count: float = 1.0) -> None:
+    def credit_reset_budget(self, count: int = 1) -> None:
         """Server role: give ``count`` tokens back to the rapid-reset budget (up to its
         burst).
 
@@ -307,7 +307,7 @@ class Sender(ConnectionBase):
         runs. Crediting those resets back keeps a client that cancels many calls from
         being taken for an attacker.
         """
-        self._reset_budget.give(count)
+        self._reset_budget.give(self._now, count)
 
     def release_stream(self, stream_id: int) -> None:
         """Server role: the request's handler has finished (after cancellation has

@@ -15,6 +15,7 @@ from ._facade import ShutdownHandle as ShutdownHandle
 from ._facade import Worker as Worker
 from ._facade import WorkerStatistics as WorkerStatistics
 from ._facade import check_handler as check_handler
+from ._facade import enclose_lifespan as enclose_lifespan
 
 __all__ = [
     "Handler",
@@ -23,4 +24,5 @@ __all__ = [
     "Worker",
     "WorkerStatistics",
     "check_handler",
+    "enclose_lifespan",
 ]

@@ -150,6 +150,7 @@ from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import (
     DuplicateHandlerError,
 )
+from .._model._groups import unwrap
 from .._model._job import JobCtx
 from .._tasks._task import Task
 from .._tasks._task_call import typed_call
@@ -199,18 +200,26 @@ _LANE = "default"
 def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The single leaf of ``group`` (through nested single-member groups), if it is one
     exception that is not a cancellation; else None."""
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup):
-        if len(error.exceptions) != 1:
-            return None
-        error = error.exceptions[0]
-    return None if isinstance(error, anyio.get_cancelled_exc_class()) else error
+    error = unwrap(group)
+    if isinstance(error, BaseExceptionGroup | anyio.get_cancelled_exc_class()):
+        return None
+    return error
 
 
 def default_worker_id() -> str:
     """``<host>-<pid>-<8 hex>``; the host from $HOSTNAME/$COMPUTERNAME if set."""
     host = os.environ.get("HOSTNAME") or os.environ.get("COMPUTERNAME") or socket.gethostname()
     return f"{host or 'unknown'}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def enclose_lifespan(worker: Worker, outer: AbstractAsyncContextManager[Any]) -> None:
+    """Make ``outer`` the outermost part of ``worker``'s lifespan (internal).
+
+    For ``sepp-anyio worker`` with a factory that yields: the code after the factory's
+    yield must run inside :meth:`Worker.run`, after the drain, around whatever lifespan
+    the worker was built with (whose state the handlers still see).
+    """
+    worker._lifespan = _lifespan.chained(outer, worker._lifespan)
 
 
 @dataclass(frozen=True, slots=True)

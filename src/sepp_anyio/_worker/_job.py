@@ -30,7 +30,7 @@ from .._model._retries import RetryDirective
 from ._accounting import LaneAccounts
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import LaneRun
-from ._lease import JobRun, heartbeat, heartbeat_delay
+from ._lease import JobRun, Phase, heartbeat, heartbeat_delay
 from ._middleware import Middleware, call_through
 from ._outcome import OutcomeHook, Settled, outcome_of, report_outcome
 from ._registry import AsyncHandler
@@ -227,7 +227,7 @@ class JobRunner:
                                 run.timed_out = scope is not None and (
                                     scope.cancel_called and anyio.current_time() >= scope.deadline
                                 )
-                                run.handler_done = True
+                                run.phase = Phase.HANDLED
                                 # The heartbeat lives exactly as long as the handler
                                 # (most never start: their first wait is not over).
                                 if timer is not None and not timer.discard(run):
@@ -321,7 +321,7 @@ class JobRunner:
         lane.runs.discard(run)
         # Still held when the job was not settled (lease lost, or run() cancelled).
         self._give_token_back(run)
-        if run.settling:
+        if run.phase is Phase.SETTLING:
             lane.settling -= 1
             assert lane.settles is not None
             lane.settles.release_on_behalf_of(run)
@@ -428,7 +428,7 @@ class JobRunner:
             settles.acquire_on_behalf_of_nowait(run)
         except anyio.WouldBlock:
             await settles.acquire_on_behalf_of(run)
-        run.settling = True
+        run.phase = Phase.SETTLING
         lane.settling += 1
         self._give_token_back(run)
         # Let the reserve loop, woken by the token, send its reserve before this job's

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._bucket import TokenBucket
 from .._model._checks import check_count, check_queue_names, check_seconds
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
     from ._lease import JobRun
 
-__all__ = ["Lane", "LaneRun", "LaneStatistics", "RateLimit", "TokenBucket", "lanes_of"]
+__all__ = ["Lane", "LaneRun", "LaneStatistics", "RateGate", "RateLimit", "lanes_of"]
 
 _DEFAULT_IN_FLIGHT = 16
 
@@ -150,69 +151,35 @@ def lanes_of(queues: object, max_in_flight: int | None, max_jobs: int | None) ->
     return tuple(lanes)
 
 
-class TokenBucket:
-    """A :class:`RateLimit` as a token bucket on anyio time (so virtual clocks drive it).
+class RateGate:
+    """A lane's :class:`RateLimit`: the shared token bucket (``_bucket``) on anyio's clock,
+    so virtual clocks drive it.
 
     Starts full. :meth:`take` waits until at least one token is there and takes up to the
     number asked for; :meth:`give_back` returns the ones a reserve did not use.
-
-    Tokens are whole: the bucket counts the refills due since its ``stamp`` (the ``k``-th
-    at ``stamp + k / rate``) rather than adding elapsed time as a float. Adding floats can
-    leave it at 0.9999999 tokens, waiting ``(1 - tokens) / rate``, a time so short that the
-    clock does not move when it is added: a virtual clock then never reaches the token and
-    the loop spins. Here the wait is always until the next refill's own time, and waking
-    from it earns that refill, whatever the clock's rounding says.
     """
 
-    __slots__ = ("_capacity", "_rate", "_refills", "_stamp", "_tokens")
+    __slots__ = ("_bucket",)
 
     def __init__(self, limit: RateLimit) -> None:
-        self._capacity = limit.count
-        self._rate = limit.count / limit.per
-        self._tokens = limit.count
-        # When the count of refills started (the bucket was last full), and how many of
-        # them are in ``_tokens`` already.
-        self._stamp: float | None = None
-        self._refills = 0
-
-    def _refill(self, now: float, earned: int = 0) -> None:
-        """Add the refills due by ``now`` (at least ``earned`` of them) to the tokens.
-
-        A full bucket earns nothing: its count restarts at ``now`` (the time it spent full
-        is lost, as in any token bucket).
-        """
-        if self._stamp is not None and self._tokens < self._capacity:
-            earned = max(earned, int((now - self._stamp) * self._rate))
-            if earned > self._refills:
-                self._tokens = min(self._capacity, self._tokens + earned - self._refills)
-                self._refills = earned
-        if self._stamp is None or self._tokens >= self._capacity:
-            self._stamp, self._refills = now, 0
+        self._bucket = TokenBucket(limit.count, limit.count / limit.per)
 
     async def take(self, wanted: int) -> int:
         """Wait for a token, then take ``min(wanted, whole tokens)``; at least one.
 
         Cancellation (a shutdown while waiting) takes nothing.
         """
-        self._refill(anyio.current_time())
-        while self._tokens < 1:
-            stamp, due = self._stamp, self._refills + 1
-            assert stamp is not None  # set by the first _refill
-            await anyio.sleep_until(stamp + due / self._rate)
-            # Woken at the refill's time: it is earned, even if the clock, rounded, reads a
-            # hair before it (unless the count restarted meanwhile: then it is full).
-            self._refill(anyio.current_time(), due if self._stamp == stamp else 0)
-        granted = min(wanted, self._tokens)
-        self._tokens -= granted
+        granted = self._bucket.take(anyio.current_time(), wanted)
+        while not granted:
+            # Until the next refill's own time, which waking at it earns (see _bucket).
+            due = self._bucket.next_refill()
+            await anyio.sleep_until(due.at)
+            granted = self._bucket.take(anyio.current_time(), wanted, due)
         return granted
 
     def give_back(self, count: int) -> None:
         """Return ``count`` unused tokens (a reserve returned fewer jobs than taken)."""
-        if count > 0:
-            now = anyio.current_time()
-            self._refill(now)
-            self._tokens = min(self._capacity, self._tokens + count)
-            self._refill(now)  # full again: the count of refills restarts now
+        self._bucket.give(anyio.current_time(), count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +215,7 @@ class LaneRun:
     #: Room for jobs whose outcome is decided and whose ack or nack is on its way
     #: (``max_in_flight`` of them), made by run() too.
     settles: anyio.CapacityLimiter | None = None
-    bucket: TokenBucket | None = None
+    bucket: RateGate | None = None
     #: The reserve in progress (cancelled by shutdown) and the event set once it unwound.
     reserve_scope: anyio.CancelScope | None = None
     reserve_unwound: anyio.Event | None = None
@@ -274,7 +241,7 @@ class LaneRun:
         """Make the per-run parts (inside run(), on its event loop)."""
         self.limiter = anyio.CapacityLimiter(self.lane.max_in_flight)
         self.settles = anyio.CapacityLimiter(self.lane.max_in_flight)
-        self.bucket = None if self.lane.rate is None else TokenBucket(self.lane.rate)
+        self.bucket = None if self.lane.rate is None else RateGate(self.lane.rate)
         self.idle_at = None
 
     def statistics(self) -> LaneStatistics:

@@ -16,6 +16,7 @@ to someone else).
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Callable
@@ -29,11 +30,23 @@ from .._logcontext import JobLog
 from .._model._errors import AttemptMismatchError, JobNotFoundError, SeppError
 from .._model._job import JobCtx
 
-__all__ = ["JobRun", "heartbeat", "heartbeat_delay"]
+__all__ = ["JobRun", "Phase", "heartbeat", "heartbeat_delay"]
 
 logger = logging.getLogger("sepp_anyio.worker")
 
 _MIN_INTERVAL = 0.001
+
+
+class Phase(enum.IntEnum):
+    """Where one job's run is (internal). It only moves forward, in this order."""
+
+    #: The handler runs (or is about to).
+    RUNNING = 0
+    #: The handler has returned or raised: its outcome is its own from here on, and a
+    #: shutdown no longer stops it.
+    HANDLED = 1
+    #: The ack or nack is on its way: the job holds one of its lane's settle slots.
+    SETTLING = 2
 
 
 @dataclass(eq=False, slots=True)
@@ -67,12 +80,10 @@ class JobRun:
     #: Set before the scope is cancelled because the worker is shutting down: why (the
     #: drain timed out, ``cancel_in_flight()`` was called, a second signal), for the nack.
     stop_reason: str | None = None
-    #: Set as soon as the handler has returned or raised: its outcome is its own then.
-    handler_done: bool = False
+    #: The run's state; the flags above say why it was cancelled, if it was.
+    phase: Phase = Phase.RUNNING
     #: When the handler started (anyio time).
     started: float = 0.0
-    #: Set when the handler is done and the ack or nack is on its way.
-    settling: bool = False
     #: The handler's (or a middleware's) exception, for ``on_outcome``.
     error: BaseException | None = None
     #: The worker's lane the job came from (a ``_lane.LaneRun``; its counters).
@@ -109,7 +120,7 @@ class JobRun:
         Returns False (and changes nothing) when the handler has already finished, or the
         job was already stopped (the first reason stays) or lost its lease.
         """
-        if self.handler_done or self.lease_lost or self.stop_reason is not None:
+        if self.phase is not Phase.RUNNING or self.lease_lost or self.stop_reason is not None:
             return False
         self.stop_reason = reason
         # The job's task when the handler has no scope of its own: the job's task then

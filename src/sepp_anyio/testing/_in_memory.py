@@ -7,8 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from .._client import Client
-from .._connect import check_api_key
+from .._client import Client, check_api_key
 from .._model._error_root import InvalidArgumentTypeError
 from .._model._retries import RetryPolicy
 from ..server import Clock, Engine, ServerConfig, Store

@@ -49,8 +49,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from .._client import Client
-from .._connect import connect
+from .._client import Client, connect
 from .._transport._target import parse_target
 from ..server import Engine, ServerProcess
 from ._in_memory import open_in_memory_client

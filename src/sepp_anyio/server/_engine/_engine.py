@@ -46,6 +46,7 @@ import betterproto2
 from anyio.abc import TaskStatus
 
 from sepp_anyio._model._error_root import StatusCode
+from sepp_anyio._model._groups import unwrap
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._version import __version__
 
@@ -187,8 +188,9 @@ class Engine(anyio.AsyncContextManagerMixin):
             except BaseExceptionGroup as group:
                 # The engine's own tasks do not raise, so a lone exception comes from the
                 # body of the `async with`: give it back unwrapped, as if there were no group.
-                if len(group.exceptions) == 1:
-                    raise group.exceptions[0] from None
+                error = unwrap(group)
+                if error is not group:
+                    raise error from None
                 raise
         finally:
             with anyio.CancelScope(shield=True):

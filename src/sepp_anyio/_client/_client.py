@@ -24,18 +24,18 @@ from typing import Any, Protocol
 
 import anyio
 
-from . import _otel
-from ._grpc import GrpcError, MalformedReplyError
-from ._model._checks import (
+from .. import _otel
+from .._grpc import GrpcError, MalformedReplyError
+from .._model._checks import (
     check_count,
     check_queue_name,
     check_queue_names,
     check_seconds,
     check_str,
 )
-from ._model._dead_letters import DeadLetterRecord
-from ._model._enqueue import EnqueueAck, EnqueueRequest
-from ._model._errors import (
+from .._model._dead_letters import DeadLetterRecord
+from .._model._enqueue import EnqueueAck, EnqueueRequest
+from .._model._errors import (
     KEYLESS_ENQUEUE_RETRYABLE_CODES,
     RETRYABLE_CODES,
     EmptyBatchError,
@@ -46,17 +46,17 @@ from ._model._errors import (
     RequestTooLargeError,
     SeppError,
 )
-from ._model._job import Job, JobCtx, is_traced, set_traced
-from ._model._limits import DEFAULT_REMEMBER_MESSAGE_LIMIT, request_size_bound
-from ._model._rejections import JobRejection
-from ._model._retries import RetryDirective, RetryPolicy
-from ._model._server_info import ServerInfo
-from ._model._trace import TraceContext
-from ._proto.sepp import v1 as pb
+from .._model._job import Job, JobCtx, is_traced, set_traced
+from .._model._limits import DEFAULT_REMEMBER_MESSAGE_LIMIT, request_size_bound
+from .._model._rejections import JobRejection
+from .._model._retries import RetryDirective, RetryPolicy
+from .._model._server_info import ServerInfo
+from .._model._trace import TraceContext
+from .._proto.sepp import v1 as pb
+from .._transport import UNARY_UNARY
+from .._wire import _convert
+from .._wire._codec import ElementWise, encode
 from ._retry import retry_delay
-from ._transport import UNARY_UNARY
-from ._wire import _convert
-from ._wire._codec import ElementWise, encode
 
 __all__ = [
     "RESERVE_DEADLINE_SLACK",

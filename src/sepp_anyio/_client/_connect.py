@@ -16,20 +16,20 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
 
-from ._client import Client
-from ._grpc import GrpcError
-from ._model._checks import check_seconds
-from ._model._error_root import StatusCode
-from ._model._errors import (
+from .._grpc import GrpcError
+from .._model._checks import check_seconds
+from .._model._error_root import StatusCode
+from .._model._errors import (
     ConnectError,
     InvalidApiKeyError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
 )
-from ._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, DEFAULT_REMEMBER_MESSAGE_LIMIT
-from ._model._retries import RetryPolicy
-from ._transport import Channel
-from ._transport._target import parse_target
+from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, DEFAULT_REMEMBER_MESSAGE_LIMIT
+from .._model._retries import RetryPolicy
+from .._transport import Channel
+from .._transport._target import parse_target
+from ._client import Client
 
 __all__ = ["check_api_key", "connect"]
 

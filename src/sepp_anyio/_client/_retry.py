@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from ._grpc import GrpcError
-from ._model._errors import error_from_status
-from ._model._retries import RetryPolicy
-from ._model._size_refusal import size_refusal
+from .._grpc import GrpcError
+from .._model._errors import error_from_status
+from .._model._retries import RetryPolicy
+from .._model._size_refusal import size_refusal
 
 __all__ = ["retry_delay"]
 
