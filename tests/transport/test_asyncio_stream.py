@@ -1,7 +1,7 @@
 """The asyncio-native TCP stream the channel uses on asyncio, over loopback.
 
 The stream itself exists only on asyncio, so its own tests run there; the
-trio half checks that ``dial`` gives trio anyio's stream instead, and the
+trio half checks that ``dial`` gives trio its own stream (test_trio_stream.py), and the
 whole channel suite (test_channel.py and the interop, fault and hostile suites)
 runs on both.
 """
@@ -27,6 +27,7 @@ from sepp_anyio._transport._asyncio_stream import (
     connect_asyncio_tcp,
 )
 from sepp_anyio._transport._dial import dial
+from sepp_anyio._transport._trio_stream import TrioStream
 from tests.reliability._wait import eventually
 from tests.support.servers import pattern_bytes
 
@@ -227,6 +228,7 @@ async def test_dial_picks_the_backends_stream(anyio_backend: str) -> None:
         stream = await dial("127.0.0.1", port, None, "127.0.0.1")
         try:
             assert isinstance(stream, AsyncioStream) is (anyio_backend == "asyncio")
+            assert isinstance(stream, TrioStream) is (anyio_backend == "trio")
             assert isinstance(stream, anyio.abc.ByteStream)
         finally:
             await stream.aclose()

@@ -184,6 +184,40 @@ class AsyncioStream(anyio.abc.ByteStream):
             await reader
         return protocol.take(max_bytes)
 
+    def write_now(self, data: bytes) -> bool:
+        """Hand ``data`` to the transport; True unless asyncio now holds more output than
+        the kernel takes (then :meth:`drained` waits for it to go).
+
+        Raises:
+            anyio.BrokenResourceError: the connection failed.
+            anyio.ClosedResourceError: this stream was closed.
+        """
+        protocol = self._protocol
+        if self._closing:
+            raise anyio.ClosedResourceError
+        if protocol.lost or self._transport.is_closing():
+            raise anyio.BrokenResourceError from protocol.error
+        self._transport.write(data)
+        return not protocol.writing_paused
+
+    async def drained(self) -> None:
+        """Wait while asyncio holds more output than the kernel takes.
+
+        Raises:
+            anyio.BrokenResourceError: the connection failed.
+            anyio.ClosedResourceError: this stream was closed.
+
+        Cancelled while waiting, the bytes are still written once there is room.
+        """
+        protocol = self._protocol
+        while protocol.writing_paused:
+            if self._closing:
+                raise anyio.ClosedResourceError
+            if protocol.lost:
+                raise anyio.BrokenResourceError from protocol.error
+            drain = protocol.drain = self._loop.create_future()
+            await drain
+
     async def send(self, item: bytes) -> None:
         """Write ``item``; waits only while the kernel's send buffer is full.
 
@@ -193,19 +227,8 @@ class AsyncioStream(anyio.abc.ByteStream):
 
         Cancelled while waiting, the bytes are still written once there is room.
         """
-        protocol = self._protocol
-        if self._closing:
-            raise anyio.ClosedResourceError
-        if protocol.lost or self._transport.is_closing():
-            raise anyio.BrokenResourceError from protocol.error
-        self._transport.write(item)
-        while protocol.writing_paused:
-            if self._closing:
-                raise anyio.ClosedResourceError
-            if protocol.lost:
-                raise anyio.BrokenResourceError from protocol.error
-            drain = protocol.drain = self._loop.create_future()
-            await drain
+        if not self.write_now(item):
+            await self.drained()
 
     async def send_eof(self) -> None:
         self._transport.write_eof()

@@ -44,6 +44,8 @@ from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import Connection
 from ._dial import dial
+from ._native import ANYIO as _ANYIO
+from ._native import Native, native
 from ._stream import Stream
 
 if TYPE_CHECKING:
@@ -178,6 +180,8 @@ class Channel(anyio.AsyncContextManagerMixin):
             (k, v) for k, v in encoded if k == b"authorization"
         ]
         self._paths: dict[str, bytes] = {}
+        # The running backend's clock and waiters, looked up once (set on entering).
+        self.native: Native = _ANYIO
 
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -202,6 +206,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         if self._tg is not None or self._closed:
             raise RuntimeError("a Channel can be entered only once")
         body_error: BaseException | None = None
+        self.native = native()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -251,7 +256,7 @@ class Channel(anyio.AsyncContextManagerMixin):
             )
         absolute: float | None = None
         if timeout is not None or deadline is not None:
-            now = anyio.current_time()
+            now = self.native.now()
             if timeout is not None:
                 absolute = now + timeout
             if deadline is not None:
@@ -388,6 +393,7 @@ class Channel(anyio.AsyncContextManagerMixin):
                     max_receive_message_bytes=self._max_receive,
                     keepalive_interval=self._keepalive_interval,
                     keepalive_timeout=self._keepalive_timeout,
+                    native=self.native,
                 )
                 self._connections.add(conn)
                 conn.on_closed = self._connections.discard

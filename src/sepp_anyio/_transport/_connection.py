@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -51,6 +51,7 @@ from .._grpc import (
 )
 from .._http2 import ErrorCode
 from .._model._error_root import StatusCode
+from ._native import ANYIO, Native, Waiter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -80,6 +81,22 @@ _READ_SIZE = 1 << 18
 # header (9) from anything else, and to quote the first line of a text reply.
 _FIRST_BYTES = 64
 _NO_SCOPE = contextlib.nullcontext()
+
+
+@runtime_checkable
+class EagerStream(Protocol):
+    """A byte stream that can write without an await when the kernel takes the bytes at
+    once: ours on asyncio (``_asyncio_stream``) and on trio (``_trio_stream``)."""
+
+    def write_now(self, data: bytes) -> bool:
+        """Write ``data`` (what the kernel does not take now stays queued, in order);
+        True when nothing is left to wait for."""
+        ...
+
+    async def drained(self) -> None:
+        """Wait until what :meth:`write_now` queued is written."""
+        ...
+
 
 _RST_TO_STATUS = {
     ErrorCode.NO_ERROR: StatusCode.INTERNAL,
@@ -179,7 +196,7 @@ class CallState:
         # True when the server provably never processed the request (it
         # refused the stream, or a GOAWAY put it above last_stream_id).
         self.unprocessed = False
-        self.waiter: anyio.Event | None = None
+        self.waiter: Waiter | None = None
         # What the waiting task waits for (set with the waiter): the reader wakes it
         # only once that holds, or the call failed or was reset. A unary response
         # usually arrives in two reads (headers and message, then trailers); waking
@@ -221,8 +238,14 @@ class Connection:
         max_receive_message_bytes: int,
         keepalive_interval: float | None,
         keepalive_timeout: float,
+        native: Native = ANYIO,
     ) -> None:
         self._stream = stream
+        #: The backend's clock and waiters (see _native).
+        self.native = native
+        # Our own TCP streams write without an await when the kernel takes the bytes at
+        # once (see flush); anyio's (TLS) streams always await.
+        self._eager = stream if isinstance(stream, EagerStream) else None
         self.label = label
         self.max_receive_message_bytes = max_receive_message_bytes
         self._keepalive_interval = keepalive_interval
@@ -320,10 +343,21 @@ class Connection:
         h2conn = self.h2
         if self._flushing or self.failure is not None or not h2conn.pending_output_bytes:
             return
+        eager = self._eager
+        lone = len(self.calls) <= 1
+        if eager is not None and lone:
+            # The usual case: the kernel takes the bytes at once, and nothing awaits, so
+            # nothing needs shielding either.
+            try:
+                if eager.write_now(h2conn.data_to_send()):
+                    return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
+                return
         self._flushing = True
         try:
             with anyio.CancelScope(shield=True) if shield else _NO_SCOPE:
-                if len(self.calls) > 1:
+                if not lone:
                     # Other calls are in flight and often queue frames in this
                     # same loop iteration (a worker acking a burst of jobs):
                     # yield once so that one write carries them all. Each
@@ -335,6 +369,8 @@ class Connection:
                 while data:
                     await self._stream.send(data)
                     data = h2conn.data_to_send()
+                if eager is not None:
+                    await eager.drained()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
         finally:
@@ -508,12 +544,13 @@ class Connection:
         h2conn = self.h2
         receive = self._stream.receive
         dispatch = self._dispatch
+        now = self.native.now
         try:
             while True:
                 data = await receive(_READ_SIZE)
                 if len(self.first_bytes) < _FIRST_BYTES:
                     self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
-                for event in h2conn.receive_data(data, anyio.current_time()):
+                for event in h2conn.receive_data(data, now()):
                     dispatch(event)
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
                 # Unshielded: the reader is only cancelled when the whole

@@ -24,10 +24,12 @@ async def dial(
     """A connected stream to ``host:port``, wrapped in TLS when ``ssl_context`` is given.
 
     On asyncio the stream is :class:`~._asyncio_stream.AsyncioStream` (asyncio's
-    own transport, much cheaper per read and write); on other backends it is
-    :func:`anyio.connect_tcp`'s. TLS is :class:`anyio.streams.tls.TLSStream` on
-    both, without the close_notify exchange (gRPC frames its own messages, and
-    servers often drop the link without one).
+    own transport, much cheaper per read and write), on trio
+    :class:`~._trio_stream.TrioStream` (trio's low-level socket waits, for the same
+    reason); on any other backend it is :func:`anyio.connect_tcp`'s. TLS is
+    :class:`anyio.streams.tls.TLSStream` on all of them, without the close_notify
+    exchange (gRPC frames its own messages, and servers often drop the link without
+    one).
 
     Raises:
         OSError: the TCP connection failed.
@@ -37,8 +39,14 @@ async def dial(
     Cancellation closes whatever was opened.
     """
     stream: anyio.abc.ByteStream
-    if isinstance(anyio.lowlevel.current_token().native_token, asyncio.AbstractEventLoop):
+    loop = anyio.lowlevel.current_token().native_token
+    if isinstance(loop, asyncio.AbstractEventLoop):
         stream = await connect_asyncio_tcp(host, port)
+    elif type(loop).__module__.partition(".")[0] == "trio":  # a trio.lowlevel.TrioToken
+        # Imported here: trio is an optional dependency.
+        from ._trio_stream import connect_trio_tcp
+
+        stream = await connect_trio_tcp(host, port)
     else:
         stream = await anyio.connect_tcp(host, port)
     if ssl_context is None:

@@ -50,6 +50,7 @@ from .._http2 import LocalProtocolError
 from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
+from ._native import Native
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -134,11 +135,17 @@ class CallOwner(Protocol):
         """A usable connection, made now if needed (raises ``GrpcError`` UNAVAILABLE)."""
         ...
 
+    @property
+    def native(self) -> Native:
+        """The running backend's clock and waiters."""
+        ...
+
 
 class Stream:
     """A single RPC on a channel (a :class:`CallOwner`); use with ``async with``."""
 
     __slots__ = (
+        "_ambient",
         "_body",
         "_call",
         "_cardinality",
@@ -192,6 +199,9 @@ class Stream:
         self._scope: anyio.CancelScope | None = None
         # True inside `async with` when the caller's deadline is at or before ours.
         self._deadline_covered = False
+        # The caller's effective deadline, read on entering `async with` (the caller's
+        # scopes do not change while the call runs; None outside the block).
+        self._ambient: float | None = None
 
     # ------------------------------------------------------------ deadline
 
@@ -204,7 +214,7 @@ class Stream:
         """
         if self._deadline is None or self._scope is not None or self._deadline_covered:
             return None
-        return anyio.CancelScope(deadline=self._deadline)
+        return self._channel.native.cancel_scope(self._deadline)
 
     def _deadline_exceeded(self) -> GrpcError:
         return GrpcError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
@@ -241,7 +251,7 @@ class Stream:
                         retry = True
                         break
                     self._check_call(call, conn)
-                    waiter = call.waiter = anyio.Event()
+                    waiter = call.waiter = conn.native.waiter()
                     call.wanted = ready
                     try:
                         await waiter.wait()
@@ -295,18 +305,21 @@ class Stream:
         # wire (it would go out with an expired grpc-timeout).
         await anyio.lowlevel.checkpoint_if_cancelled()
         deadline = self._deadline
-        now = anyio.current_time()
+        clock = self._channel.native.now
+        now = clock()
         if deadline is not None and deadline <= now:
             raise self._deadline_exceeded()
-        # Read once: the caller's scopes do not change while the call starts (our
-        # own local scope, if any, has our own deadline, which the header counts).
-        ambient = anyio.current_effective_deadline()
+        # Read once: the caller's scopes do not change while the call runs (our own
+        # scope, if any, has our own deadline, which the header counts).
+        ambient = self._ambient
+        if ambient is None:
+            ambient = anyio.current_effective_deadline()
         if ambient <= now:
             await _deliver_expired_deadline()
         scope = self._local_scope()
         with scope if scope is not None else _NO_SCOPE:
             conn = await self._acquire()
-            timeout, stable = self._timeout_header(ambient, anyio.current_time())
+            timeout, stable = self._timeout_header(ambient, clock())
             headers, extra = self._channel.request_headers(
                 self._name, timeout, stable, self._metadata
             )
@@ -593,8 +606,9 @@ class Stream:
             await conn.flush()
 
     async def __aenter__(self) -> Stream:
+        ambient = self._ambient = anyio.current_effective_deadline()
         if self._deadline is not None:
-            if anyio.current_effective_deadline() <= self._deadline:
+            if ambient <= self._deadline:
                 # The caller's deadline comes first: it ends the call (as a
                 # cancellation, which is what the caller asked for) before ours
                 # could, so our scope would only cost time.
@@ -604,7 +618,7 @@ class Stream:
             # It is entered here and left in __aexit__, in the same task and
             # properly nested, exactly like an @asynccontextmanager's scope;
             # the generated unary stub never yields in between.
-            scope = anyio.CancelScope(deadline=self._deadline)
+            scope = self._channel.native.cancel_scope(self._deadline)
             scope.__enter__()
             self._scope = scope
         return self
