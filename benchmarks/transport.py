@@ -7,7 +7,13 @@ Compares, in one run and against the same grpclib server (its own process):
 * ``sepp-anyio/asyncio`` and ``sepp-anyio/trio``: our anyio + h2 channel with
   the unchanged betterproto2 stub;
 * ``grpclib``: grpclib's own asyncio Channel with the same stub;
-* ``grpcio-aio``: grpcio's C-core asyncio channel with protobuf messages.
+* ``grpcio-aio``: grpcio's C-core asyncio channel with protobuf messages;
+* ``floor/asyncio`` and ``floor/trio``: the floor, not a client: the same request and
+  response bytes as one of our steady-state calls (HTTP/2 frames made by our own core),
+  exchanged over a plain anyio socket stream with a scripted peer (its own process,
+  writing the response in the two writes a grpclib server makes: headers and message,
+  then trailers), with no HTTP/2 or gRPC logic at all. How far above it each client
+  is, is what the HTTP/2 and gRPC layers cost.
 
 Each client runs in a fresh subprocess per round (so CPU time is its own);
 rounds interleave the clients so that machine noise hits all of them alike,
@@ -33,6 +39,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = ["grpclib", "sepp-anyio/asyncio", "sepp-anyio/trio", "grpcio-aio"]
+FLOORS = ["floor/asyncio", "floor/trio"]
 CONCURRENCY = (32, 256)
 
 
@@ -74,7 +81,97 @@ async def _spawn_asyncio(worker: Callable[[], Coroutine[Any, Any, None]], n: int
     await asyncio.gather(*(worker() for _ in range(n)))
 
 
+def exchange_bytes() -> tuple[bytes, bytes, bytes]:
+    """One steady-state unary Ack call's bytes, made by our own HTTP/2 core: the request
+    (HEADERS + DATA), the response's headers and message, and its trailers.
+
+    The second call on a connection is taken: by then the HPACK tables hold the
+    constant headers, as they do for every later call.
+    """
+    from sepp_anyio import _http2
+    from sepp_anyio._grpc import encode_message
+    from sepp_anyio._proto.sepp import v1 as pb
+    from sepp_anyio._wire._codec import encode
+
+    client = _http2.Connection(client_side=True)
+    server = _http2.Connection(client_side=False)
+    server.receive_data(client.data_to_send(), 0.0)
+    client.receive_data(server.data_to_send(), 0.0)
+    server.receive_data(client.data_to_send(), 0.0)
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/sepp.v1.QueueService/Ack"),
+        (b":authority", b"127.0.0.1:50051"),
+        (b"te", b"trailers"),
+        (b"content-type", b"application/grpc+proto"),
+        (b"user-agent", b"sepp-anyio"),
+        (b"grpc-timeout", b"30S"),
+    ]
+    request_body = encode_message(encode(pb.AckRequest(job_id="bench", attempt=1)))
+    reply_body = encode_message(encode(pb.AckResponse(job_id="bench")))
+    exchange = (b"", b"", b"")
+    for _ in range(2):
+        stream_id = client.open_stream(headers, cache_key="ack")
+        client.send_data(stream_id, request_body, end_stream=True)
+        request = client.data_to_send()
+        server.receive_data(request, 0.0)
+        server.send_headers(
+            stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
+        )
+        server.send_data(stream_id, reply_body)
+        first = server.data_to_send()
+        server.send_headers(stream_id, [(b"grpc-status", b"0")], end_stream=True)
+        trailers = server.data_to_send()
+        client.receive_data(first + trailers, 0.0)
+        server.release_stream(stream_id)
+        exchange = (request, first, trailers)
+    return exchange
+
+
+async def _floor_server(port: int) -> None:
+    """The floor's scripted peer: for every request's worth of bytes read, the response."""
+    request, first, trailers = exchange_bytes()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readexactly(len(request))
+                writer.write(first)
+                writer.write(trailers)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
 def run_client(kind: str, port: int, calls: int) -> dict[str, float]:
+    if kind.startswith("floor"):
+        import anyio
+
+        request, first, trailers = exchange_bytes()
+        size = len(first) + len(trailers)
+
+        async def floor() -> dict[str, float]:
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                lock = anyio.Lock()
+
+                async def call() -> None:
+                    # One exchange at a time on the one stream (the concurrent columns
+                    # then measure the same thing: there is no multiplexing here).
+                    async with lock:
+                        await stream.send(request)
+                        got = 0
+                        while got < size:
+                            got += len(await stream.receive())
+
+                return await _measure(call, calls, _spawn_anyio)
+
+        return anyio.run(floor, backend=kind.split("/")[1])
     if kind.startswith("sepp-anyio"):
         import anyio
 
@@ -133,23 +230,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         print(json.dumps(run_client(args.client, args.port, args.calls)))
         return
+    if args.floor_server is not None:
+        asyncio.run(_floor_server(args.floor_server))
+        return
 
-    port = _free_port()
+    port, floor_port = _free_port(), _free_port()
     server = subprocess.Popen(
         [sys.executable, str(HERE / "_grpclib_server.py"), str(port)],
         stdout=subprocess.PIPE,
         text=True,
     )
+    floor_server = subprocess.Popen(
+        [sys.executable, __file__, "--floor-server", str(floor_port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "ready"
+        for started in (server, floor_server):
+            assert started.stdout is not None
+            assert started.stdout.readline().strip() == "ready"
         best: dict[str, dict[str, float]] = {}
         for round_no in range(args.rounds):
-            for kind in CLIENTS:
+            for kind in CLIENTS + FLOORS:
                 out = subprocess.run(
                     [
                         sys.executable,
@@ -157,7 +264,7 @@ def main() -> None:
                         "--client",
                         kind,
                         "--port",
-                        str(port),
+                        str(floor_port if kind in FLOORS else port),
                         "--calls",
                         str(args.calls),
                     ],
@@ -181,8 +288,9 @@ def main() -> None:
                         for k, v in result.items()
                     }
     finally:
-        server.kill()
-        server.wait()
+        for started in (server, floor_server):
+            started.kill()
+            started.wait()
 
     base = best["grpclib"]
     columns = ["seq", "c32", "c256", "cpu_per_10k"]
@@ -193,13 +301,18 @@ def main() -> None:
     )
     print("| client | " + " | ".join(titles) + " |")
     print("|---|" + "---|" * len(columns))
-    for kind in CLIENTS:
+    for kind in CLIENTS + FLOORS:
         cells = []
         for column in columns:
             value, ratio = best[kind][column], best[kind][column] / base[column]
             fmt = f"{value:.2f}" if column == "cpu_per_10k" else f"{value:.0f}"
             cells.append(f"{fmt} ({ratio:.2f}x)")
         print(f"| {kind} | " + " | ".join(cells) + " |")
+    print("\nCPU per call above the floor (client minus the floor, same backend), us:\n")
+    for kind in CLIENTS:
+        floor = best["floor/trio" if kind.endswith("trio") else "floor/asyncio"]
+        ours, theirs = best[kind]["cpu_per_10k"], floor["cpu_per_10k"]
+        print(f"- {kind}: {(ours - theirs) * 100:.0f} us ({ours / theirs:.2f}x the floor)")
 
 
 if __name__ == "__main__":

@@ -84,3 +84,20 @@ def test_connection_slots_benchmark_serves_every_fresh_client() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("| client")]
     assert len(rows) == 1 and "failed" not in rows[0], result.stdout
+
+
+def test_transport_benchmark_reports_every_client_and_the_floor() -> None:
+    command = [sys.executable, str(BENCHMARKS / "transport.py"), "--calls", "20", "--rounds", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line for line in result.stdout.splitlines() if line.startswith("| ")][1:]
+    kinds = [row.split("|")[1].strip() for row in table]
+    assert kinds == [
+        "grpclib",
+        "sepp-anyio/asyncio",
+        "sepp-anyio/trio",
+        "grpcio-aio",
+        "floor/asyncio",
+        "floor/trio",
+    ]
+    assert "above the floor" in result.stdout

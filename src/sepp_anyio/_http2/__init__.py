@@ -16,7 +16,8 @@ Layout, one idea per module:
 * ``_hpack``: the ``hpack`` package's coder with our caches and literal writer;
 * ``_headers``: validation of received header lists (RFC 9113 section 8);
 * ``_closed``: the bounded memory of streams we reset;
-* ``_limits``: the defences and their defaults, and the token bucket;
+* ``_limits``: the defences and their defaults (their budgets are ``sepp_anyio._bucket``
+  token buckets);
 * ``_events``, ``_errors``: what the connection reports and raises.
 
 No I/O, no anyio, no clock: the caller passes ``now`` where time matters. The only
