@@ -427,7 +427,7 @@ async def test_a_batch_handler_is_listed_and_can_be_removed() -> None:
         spy = EngineSpy(engine)
         worker = Worker(client, [QUEUE])
         worker.batch("t")(_noop)
-        assert worker.handlers == {"t": _noop}
+        assert dict(worker.handlers) == {"t": _noop}  # type: ignore[comparison-overlap]
         seen: list[int] = []
 
         async def single(payload: Payload | None, ctx: JobCtx) -> None:

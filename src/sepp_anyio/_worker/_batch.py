@@ -44,7 +44,7 @@ import anyio
 import anyio.abc
 
 from .._model._errors import HandlerError
-from .._model._job import Job, attach_state
+from .._model._job import Job
 from .._model._payload import Payload
 from .._model._retries import RetryDirective
 from ._batch_item import BatchCtx, BatchItem
@@ -263,7 +263,6 @@ class BatchRunner(JobRunner):
 
     def _item(self, spec: BatchSpec, run: JobRun, job: Job) -> BatchItem[Any]:
         """``job``'s item; decided as dead-lettered when its payload does not decode."""
-        attach_state(run.ctx, self._state)
         if spec.decode is None:
             return BatchItem(run, job.payload)
         try:

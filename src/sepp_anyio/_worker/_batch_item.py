@@ -96,7 +96,9 @@ class BatchItem(Generic[T_co]):
             )
         self._decide(None, "", exc)
 
-    def retry(self, *, after: float | None = None, reason: str = "retry asked by the handler") -> None:
+    def retry(
+        self, *, after: float | None = None, reason: str = "retry asked by the handler"
+    ) -> None:
         """Nack the job for another attempt: in ``after`` seconds, or under the queue's own
         retry policy when ``after`` is None. The last attempt is dead-lettered by the
         server, whatever the nack asks.
@@ -118,7 +120,9 @@ class BatchItem(Generic[T_co]):
         Raises:
             RuntimeError: the batch is over.
         """
-        self._decide(RetryDirective.dead_letter(), check_str(reason, "reason", allow_empty=True), None)
+        self._decide(
+            RetryDirective.dead_letter(), check_str(reason, "reason", allow_empty=True), None
+        )
 
     def _decide(
         self, directive: RetryDirective | None, reason: str, error: Exception | None

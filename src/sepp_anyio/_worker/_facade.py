@@ -19,6 +19,9 @@ Shape (the reason this library exists)::
                         └── the heartbeat (extends the lease; cancels the job if lost),
                             started there by the heartbeat timer when its first wait
                             is over (``_heartbeat_timer``: most jobs end before)
+            └── a collector per batch handler (:meth:`Worker.batch`), running its batches
+                (the jobs of a batch type are started by the reserve loop, holding their
+                tokens, but handed to it instead of a task of their own: see ``_batch``)
 
 A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
 one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
@@ -158,7 +161,7 @@ from .._tasks._task import Task
 from .._tasks._task_call import typed_call
 from . import _lifespan
 from ._accounting import LaneAccounts
-from ._batch import BatchCollector, BatchSpec
+from ._batch import BatchCall, BatchCollector, BatchSpec
 from ._batch_item import BatchCtx, BatchItem
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
@@ -631,8 +634,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             what = f"the batch of job type {task!r}"
         else:
             raise InvalidArgumentTypeError(
-                f"Worker.batch() takes a sepp.Task or a job type (str), got a"
-                f" {type(task).__name__}"
+                f"Worker.batch() takes a sepp.Task or a job type (str), got a {type(task).__name__}"
             )
         size = check_count(max_size, "max_size")
         wait = check_seconds(max_wait, "max_wait")
@@ -650,13 +652,15 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 raise DuplicateHandlerError(job_type)
             # A plain function runs in a thread as a sync handler does (the thread's call
             # is fn(items, ctx), the handler's fn(payload, ctx)).
-            call = fn if is_async else functools.partial(self._run_in_thread, fn)  # type: ignore[arg-type]
+            call: BatchCall = (
+                fn  # type: ignore[assignment]
+                if is_async
+                else functools.partial(self._run_in_thread, fn)  # type: ignore[arg-type]
+            )
             self._handlers[job_type] = fn  # type: ignore[assignment]
             self._calls.pop(job_type, None)
             self._timeouts.pop(job_type, None)
-            self._batch_specs[job_type] = BatchSpec(
-                job_type, call, size, wait, decode, timeout  # type: ignore[arg-type]
-            )
+            self._batch_specs[job_type] = BatchSpec(job_type, call, size, wait, decode, timeout)
             return fn
 
         return register
