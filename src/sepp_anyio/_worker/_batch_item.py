@@ -26,10 +26,10 @@ else:
 
 __all__ = ["BatchCtx", "BatchItem"]
 
-T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T", covariant=True)
 
 
-class BatchItem(Generic[T_co]):
+class BatchItem(Generic[T]):
     """One job of a batch: its decoded value, its context, and how it is to be settled.
 
     Until the handler calls one of :meth:`ack`, :meth:`fail`, :meth:`retry` or
@@ -41,7 +41,7 @@ class BatchItem(Generic[T_co]):
 
     __slots__ = ("_closed", "_directive", "_error", "_reason", "_run", "_value", "decided")
 
-    def __init__(self, run: JobRun, value: T_co) -> None:
+    def __init__(self, run: JobRun, value: T) -> None:
         self._run = run
         self._value = value
         #: Whether one of the deciding methods was called.
@@ -56,7 +56,7 @@ class BatchItem(Generic[T_co]):
         return f"<sepp_anyio.BatchItem job {self._run.ctx.id} attempt {self._run.ctx.attempt}>"
 
     @property
-    def value(self) -> T_co:
+    def value(self) -> T:
         """The job's payload, decoded and validated as the task's type (the raw
         :class:`~sepp_anyio.Payload` or None for a batch registered by job type)."""
         return self._value
