@@ -355,11 +355,35 @@ async def test_a_shutdown_runs_the_gathered_jobs_at_once() -> None:
             calls.append(anyio.current_time())
 
         async with running(worker):
-            await spy.wait_until(lambda: any(call.ok and call.reply for call in spy.of("reserve")))
+            # The next reserve goes out once the first one's jobs were handed to the collector.
+            await spy.wait_until(lambda: len(spy.of("reserve")) >= 2)
             shutdown_at = anyio.current_time()
             worker.shutdown()
         assert len(spy.of("ack", ok=True)) == 2
         assert len(calls) == 1 and calls[0] - shutdown_at < 1.0
+
+
+async def test_cancel_in_flight_releases_gathered_jobs_without_running_them() -> None:
+    outcomes = Outcomes()
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        ids = await _enqueue(client, 2)
+        worker = Worker(client, [QUEUE], lease=60.0, on_outcome=outcomes.hook)
+        calls: list[int] = []
+
+        @worker.batch("t", max_size=10, max_wait=50.0)
+        async def handle(items: RawItems, ctx: BatchCtx) -> None:
+            calls.append(len(items))
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            # The next reserve goes out once the first one's jobs were handed to the collector.
+            await spy.wait_until(lambda: len(spy.of("reserve")) >= 2)
+            worker.cancel_in_flight(reason="test")
+        assert calls == []
+        nacks = {call.request.job_id: nack_kind(call) for call in spy.of("nack")}
+        assert nacks == {ids[0]: ("after", 0.0), ids[1]: ("after", 0.0)}
+        assert {outcome for outcome, _ in outcomes.seen.values()} == {Outcome.RELEASED}
 
 
 async def test_an_item_cannot_be_decided_after_its_batch() -> None:
