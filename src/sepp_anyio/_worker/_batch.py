@@ -162,7 +162,10 @@ class BatchRunner(JobRunner):
     :class:`JobRunner`; the worker sets ``_batch_specs`` in its ``__init__``)."""
 
     _batch_specs: dict[str, BatchSpec]
+    #: The collectors by job type while running: what the reserve loop hands jobs to (a
+    #: type unregistered meanwhile is taken out, its collector still runs to the drain).
     _collectors: dict[str, BatchCollector]
+    _all_collectors: tuple[BatchCollector, ...]
     _sync_limiter: anyio.CapacityLimiter | None
 
     def _start_batches(self, tg: anyio.abc.TaskGroup) -> None:
@@ -171,21 +174,17 @@ class BatchRunner(JobRunner):
         for job_type, spec in self._batch_specs.items():
             collector = self._collectors[job_type] = BatchCollector(spec, self._run_batch)
             tg.start_soon(collector.serve, name=f"sepp batch collector of {job_type!r}")
+        self._all_collectors = tuple(self._collectors.values())
 
     def _close_batches(self) -> None:
         """The reserve loops have stopped: the collectors run what they hold and end."""
-        for collector in self._collectors.values():
+        for collector in self._all_collectors:
             collector.close()
 
-    def _collector_of(self, job_type: str) -> BatchCollector | None:
-        """The collector a job of ``job_type`` goes to, if it has a batch handler."""
-        collectors = self._collectors
-        if not collectors:
-            return None
-        collector = collectors.get(job_type)
-        # Unregistered while running (remove_handler, replace_handler): its collector still
-        # runs until the drain, but new jobs of the type are no longer its.
-        return collector if collector is not None and job_type in self._batch_specs else None
+    def _forget_batch(self, job_type: str) -> None:
+        """``job_type``'s batch handler is unregistered: new jobs of it are not batched."""
+        self._batch_specs.pop(job_type, None)
+        self._collectors.pop(job_type, None)
 
     async def _run_batch(self, spec: BatchSpec, taken: list[tuple[JobRun, Job]]) -> None:
         """Run one batch and settle each of its jobs (see the module docs).

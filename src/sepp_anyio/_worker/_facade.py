@@ -460,6 +460,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         # Batch handlers by job type, and their collectors while running (``_batch``).
         self._batch_specs: dict[str, BatchSpec] = {}
         self._collectors: dict[str, BatchCollector] = {}
+        self._all_collectors: tuple[BatchCollector, ...] = ()
         # run(job_limit=...): jobs this run may still take (None: no limit).
         self._jobs_left: int | None = None
 
@@ -512,13 +513,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._handlers[job_type] = fn
         self._calls[job_type] = call
         self._timeouts.pop(job_type, None)
-        self._batch_specs.pop(job_type, None)
+        self._forget_batch(job_type)
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
         """Unregister ``job_type``'s handler (no error if it has none)."""
         self._handlers.pop(job_type, None)
-        self._batch_specs.pop(job_type, None)
+        self._forget_batch(job_type)
         self._calls.pop(job_type, None)
         self._timeouts.pop(job_type, None)
         return self
@@ -603,7 +604,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         task's ``timeout`` (else ``job_timeout``) bounds the whole batch; a shutdown's
         cancellation releases the undecided jobs for an immediate retry. A plain ``def``
         runs in a worker thread, as sync handlers do. A payload that does not validate is
-        dead-lettered without reaching ``fn``. Middleware is not entered around it.
+        dead-lettered without reaching ``fn`` (payloads are decoded on the event loop, for
+        a sync function too). Middleware is not entered around it.
 
         Args:
             task: the typed task, or a job type (``item.value`` is then the job's
@@ -961,7 +963,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 self._running = False
                 self._stop = None
                 self._job_done = None
-                self._collectors = {}
+                self._collectors, self._all_collectors = {}, ()
                 for lane in self._lanes:
                     lane.reserve_scope = None
                 logger.info("worker %s stopped", self.worker_id)

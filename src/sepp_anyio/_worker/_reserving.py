@@ -308,7 +308,7 @@ class ReserveLoops(BatchRunner):
         # The handler gets a scope of its own only when a timeout or a heartbeat needs one
         # (JobRun.handler_scope).
         # A job of a batch handler's type goes to its collector; its batch has the scope.
-        collector = self._collector_of(job.ctx.job_type)
+        collector = self._collectors.get(job.ctx.job_type) if self._collectors else None
         timed = self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
         run = JobRun(
             job.ctx,
