@@ -102,6 +102,8 @@ from ._worker import Handler as Handler
 from ._worker import ShutdownHandle as ShutdownHandle
 from ._worker import Worker as Worker
 from ._worker import WorkerStatistics as WorkerStatistics
+from ._worker._batch_item import BatchCtx as BatchCtx
+from ._worker._batch_item import BatchItem as BatchItem
 from ._worker._lane import Lane as Lane
 from ._worker._lane import LaneStatistics as LaneStatistics
 from ._worker._lane import RateLimit as RateLimit
@@ -109,6 +111,8 @@ from ._worker._outcome import Outcome as Outcome
 
 __all__ = [
     "AttemptMismatchError",
+    "BatchCtx",
+    "BatchItem",
     "BatchResultCountMismatchError",
     "BatchValidationError",
     "Client",

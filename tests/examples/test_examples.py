@@ -156,3 +156,10 @@ def test_the_example_test_suite_passes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "5 passed" in result.stdout, result.stdout
+
+
+def test_batch_handler(server: ServerProcess) -> None:
+    out = _run("batch_handler.py", server)
+    sizes = [int(size) for size in re.findall(r"batch of (\d+): rendered \d+", out)]
+    assert sum(sizes) == 12 and max(sizes) <= 5, out
+    assert "acked=11, dead-lettered=1" in out

@@ -3,7 +3,8 @@
 The package's modules, one idea each: :mod:`._facade` (the :class:`Worker` users build and
 run), the lanes and their token buckets (:mod:`._lane`), a job's lease and heartbeats
 (:mod:`._lease`, :mod:`._heartbeat_timer`), the lifespan (:mod:`._lifespan`), middleware
-(:mod:`._middleware`) and the outcome hook (:mod:`._outcome`). Everything public is
+(:mod:`._middleware`), the outcome hook (:mod:`._outcome`) and batch handlers
+(:mod:`._batch`, :mod:`._batch_item`). Everything public is
 re-exported by ``sepp_anyio`` itself.
 """
 

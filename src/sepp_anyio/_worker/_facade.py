@@ -19,6 +19,9 @@ Shape (the reason this library exists)::
                         └── the heartbeat (extends the lease; cancels the job if lost),
                             started there by the heartbeat timer when its first wait
                             is over (``_heartbeat_timer``: most jobs end before)
+            └── a collector per batch handler (:meth:`Worker.batch`), running its batches
+                (the jobs of a batch type are started by the reserve loop, holding their
+                tokens, but handed to it instead of a task of their own: see ``_batch``)
 
 A worker given queue names has one lane of them (with ``max_in_flight`` and ``max_jobs``);
 one given :class:`~sepp_anyio.Lane` objects has a lane, a limiter and a reserve loop per
@@ -125,6 +128,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -132,7 +136,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -152,10 +156,13 @@ from .._model._errors import (
 )
 from .._model._groups import unwrap
 from .._model._job import JobCtx
+from .._model._payload import Payload
 from .._tasks._task import Task
 from .._tasks._task_call import typed_call
 from . import _lifespan
 from ._accounting import LaneAccounts
+from ._batch import BatchCall, BatchCollector, BatchSpec
+from ._batch_item import BatchCtx, BatchItem
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
 from ._lease import JobRun
@@ -191,7 +198,10 @@ __all__ = [
 logger = logging.getLogger("sepp_anyio.worker")
 
 T = TypeVar("T")
+_S = TypeVar("_S")
 
+#: A batch handler: ``fn(items, ctx)``, ``async def`` or a plain ``def`` (run in a thread).
+BatchFunction: TypeAlias = Callable[[list[BatchItem[T]], BatchCtx[_S]], Awaitable[None] | None]
 
 #: The lane name of the single reserve loop in health probes and metrics.
 _LANE = "default"
@@ -447,6 +457,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             self._probes[run] = self._health.lane(label)
             self._accounts[run] = LaneAccounts(run, self._health.worker_metrics.lane(label))
         self._crons: list[Cron[Any]] = []
+        # Batch handlers by job type, and their collectors while running (``_batch``).
+        self._batch_specs: dict[str, BatchSpec] = {}
+        self._collectors: dict[str, BatchCollector] = {}
+        self._all_collectors: tuple[BatchCollector, ...] = ()
         # run(job_limit=...): jobs this run may still take (None: no limit).
         self._jobs_left: int | None = None
 
@@ -499,11 +513,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._handlers[job_type] = fn
         self._calls[job_type] = call
         self._timeouts.pop(job_type, None)
+        self._forget_batch(job_type)
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
         """Unregister ``job_type``'s handler (no error if it has none)."""
         self._handlers.pop(job_type, None)
+        self._forget_batch(job_type)
         self._calls.pop(job_type, None)
         self._timeouts.pop(job_type, None)
         return self
@@ -556,6 +572,97 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 self._timeouts[job_type] = task.timeout
             else:
                 self._timeouts.pop(job_type, None)
+            return fn
+
+        return register
+
+    @overload
+    def batch(
+        self, task: Task[T], *, max_size: int = ..., max_wait: float = ...
+    ) -> Callable[[BatchFunction[T, StateT]], BatchFunction[T, StateT]]: ...
+
+    @overload
+    def batch(
+        self, task: str, *, max_size: int = ..., max_wait: float = ...
+    ) -> Callable[
+        [BatchFunction[Payload | None, StateT]], BatchFunction[Payload | None, StateT]
+    ]: ...
+
+    def batch(
+        self, task: Task[Any] | str, *, max_size: int = 100, max_wait: float = 0.05
+    ) -> Callable[[BatchFunction[Any, StateT]], BatchFunction[Any, StateT]]:
+        """Decorator: handle the jobs of ``task`` (a :class:`~sepp_anyio.Task`, or a job type
+        for raw payloads) in batches: ``fn(items, ctx)`` gets up to ``max_size`` jobs at
+        once, a :class:`~sepp_anyio.BatchItem` each, and a :class:`~sepp_anyio.BatchCtx`.
+
+        The worker gathers the jobs it reserves of that type, waiting at most ``max_wait``
+        seconds after the first (less when the batch is full, when its lane has no room
+        to reserve more, or at a shutdown), calls ``fn`` once, then acks or nacks each job
+        as its item says (undecided: acked; when ``fn`` raises, settled as that exception
+        would settle one job). Each job holds one ``max_in_flight`` slot, is extended by
+        its own heartbeat while the batch runs, and gets its own ``on_outcome`` call. A
+        task's ``timeout`` (else ``job_timeout``) bounds the whole batch; a shutdown's
+        cancellation releases the undecided jobs for an immediate retry. A plain ``def``
+        runs in a worker thread, as sync handlers do. A payload that does not validate is
+        dead-lettered without reaching ``fn`` (payloads are decoded on the event loop, for
+        a sync function too). Middleware is not entered around it.
+
+        Args:
+            task: the typed task, or a job type (``item.value`` is then the job's
+                :class:`~sepp_anyio.Payload` or None).
+            max_size: most jobs per call (>= 1).
+            max_wait: seconds to wait for more jobs after the first (>= 0, and under the
+                worker's ``lease``: a gathered job has no heartbeat yet).
+
+        Raises:
+            DuplicateHandlerError: the job type already has a handler.
+            InvalidArgumentError: a bad ``max_size``/``max_wait``, or this worker does not
+                reserve from ``task.queue``.
+            InvalidArgumentTypeError: (a ``TypeError``) ``task`` is neither a ``Task`` nor a
+                str, or the function cannot be called as ``fn(items, ctx)``.
+            RuntimeError: the worker is running (register batch handlers before
+                :meth:`run`).
+        """
+        if isinstance(task, Task):
+            if task.queue not in self.queues:
+                raise InvalidArgumentError(
+                    f"task {task!r} is enqueued to queue {task.queue!r}, which this worker"
+                    f" does not reserve from (queues: {list(self.queues)})"
+                )
+            job_type, decode, timeout = task.job_type, task.decode, task.timeout
+            what = f"the batch of task {task!r}"
+        elif isinstance(task, str):
+            job_type, decode, timeout = check_str(task, "job_type"), None, None
+            what = f"the batch of job type {task!r}"
+        else:
+            raise InvalidArgumentTypeError(
+                f"Worker.batch() takes a sepp.Task or a job type (str), got a {type(task).__name__}"
+            )
+        size = check_count(max_size, "max_size")
+        wait = check_seconds(max_wait, "max_wait")
+        if wait >= self._lease:
+            raise InvalidArgumentError(
+                f"max_wait must be less than the worker's lease ({self._lease:g}s): a job"
+                f" waiting for its batch has no heartbeat yet; got {max_wait}"
+            )
+
+        def register(fn: BatchFunction[Any, StateT]) -> BatchFunction[Any, StateT]:
+            if self._running:
+                raise RuntimeError("register batch handlers before run(): this worker is running")
+            is_async = check_handler(what, fn)
+            if job_type in self._handlers:
+                raise DuplicateHandlerError(job_type)
+            # A plain function runs in a thread as a sync handler does (the thread's call
+            # is fn(items, ctx), the handler's fn(payload, ctx)).
+            call: BatchCall = (
+                fn  # type: ignore[assignment]
+                if is_async
+                else functools.partial(self._run_in_thread, fn)  # type: ignore[arg-type]
+            )
+            self._handlers[job_type] = fn  # type: ignore[assignment]
+            self._calls.pop(job_type, None)
+            self._timeouts.pop(job_type, None)
+            self._batch_specs[job_type] = BatchSpec(job_type, call, size, wait, decode, timeout)
             return fn
 
         return register
@@ -831,6 +938,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 ):
                     self._tg = tg
                     crons = await self._start_crons(tg)
+                    self._start_batches(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
                     self._health.mark_started()
                     if self._shutdown_requested:
@@ -838,6 +946,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     task_status.started()
                     await self._reserve_loops(tg)
                     crons.cancel()  # a worker that stops taking jobs stops scheduling them
+                    self._close_batches()  # what they gathered runs now; then they end
                     await self._drain()
                     heartbeats.cancel()  # no job is left to start a heartbeat for
             except BaseExceptionGroup as group:
@@ -854,6 +963,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 self._running = False
                 self._stop = None
                 self._job_done = None
+                self._collectors, self._all_collectors = {}, ()
                 for lane in self._lanes:
                     lane.reserve_scope = None
                 logger.info("worker %s stopped", self.worker_id)

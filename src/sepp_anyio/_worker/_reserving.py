@@ -22,7 +22,8 @@ from .._model._errors import (
     UnknownQueuesError,
 )
 from .._model._job import Job
-from ._job import JOB_TASK_NAME, JobRunner
+from ._batch import BatchRunner
+from ._job import JOB_TASK_NAME
 from ._lane import LaneRun
 from ._lease import JobRun
 
@@ -42,7 +43,7 @@ MAX_REFUSED_BACKOFF = 30.0
 _MIN_REFUSED_BACKOFF = 1.0
 
 
-class ReserveLoops(JobRunner):
+class ReserveLoops(BatchRunner):
     """The reserve loops of a :class:`~sepp_anyio.Worker` (a base class: the worker sets
     every attribute declared here in its ``__init__``)."""
 
@@ -306,11 +307,15 @@ class ReserveLoops(JobRunner):
     def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
         # The handler gets a scope of its own only when a timeout or a heartbeat needs one
         # (JobRun.handler_scope).
+        # A job of a batch handler's type goes to its collector; its batch has the scope.
+        collector = self._collectors.get(job.ctx.job_type) if self._collectors else None
         timed = self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
         run = JobRun(
             job.ctx,
             lane=lane,
-            handler_scope=anyio.CancelScope() if timed or self._timer is not None else None,
+            handler_scope=anyio.CancelScope()
+            if collector is None and (timed or self._timer is not None)
+            else None,
         )
         self._runs.add(run)
         lane.runs.add(run)
@@ -318,6 +323,9 @@ class ReserveLoops(JobRunner):
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))
+        if collector is not None:
+            collector.add(run, job)
+            return
         run.task = task = tg.start_soon(self._job_task, job, run, name=JOB_TASK_NAME)
         if run.stop_reason is not None and run.handler_scope is None:
             task.cancel()  # stopped while an eager task factory ran its first steps
