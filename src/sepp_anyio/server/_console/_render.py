@@ -8,7 +8,6 @@ a console without it is a :class:`~sepp_anyio.server.ConfigError` naming the ext
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,17 +28,13 @@ STATIC: dict[str, str] = {
 
 def require_jinja2() -> ModuleType:
     """Jinja2, or a ConfigError naming the extra that installs it."""
-    if importlib.util.find_spec("jinja2") is None:
-        raise ConfigError(
-            "ui.port",
-            "needs Jinja2 for the web console, which is not installed: "
-            "pip install 'sepp-anyio[ui]' (or leave --ui-port and [ui] port unset)",
-        )
     try:
         return importlib.import_module("jinja2")
     except ImportError as exc:
         raise ConfigError(
-            "ui.port", f"needs Jinja2 ('sepp-anyio[ui]'), which fails to import: {exc}"
+            "ui.port",
+            "needs Jinja2 for the web console, which is not installed: pip install "
+            f"'sepp-anyio[ui]' (or leave --ui-port and [ui] port unset); {exc}",
         ) from None
 
 
