@@ -26,6 +26,7 @@ from ._config._sections import QueueConfig as QueueConfig
 from ._config._sections import QueueLimits as QueueLimits
 from ._config._sections import ServerSection as ServerSection
 from ._config._sections import StorageConfig as StorageConfig
+from ._config._sections import UiConfig as UiConfig
 from ._engine._clock import Clock as Clock
 from ._engine._clock import ManualClock as ManualClock
 from ._engine._engine import Engine as Engine
@@ -74,6 +75,7 @@ __all__ = [
     "Store",
     "StoreContents",
     "StoredJob",
+    "UiConfig",
     "serve",
     "server_ssl_context",
 ]
