@@ -29,6 +29,8 @@ from ._config._sections import StorageConfig as StorageConfig
 from ._config._sections import UiConfig as UiConfig
 from ._engine._clock import Clock as Clock
 from ._engine._clock import ManualClock as ManualClock
+from ._engine._console_ops import DeadLetterPage as DeadLetterPage
+from ._engine._console_ops import JobPage as JobPage
 from ._engine._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
@@ -56,8 +58,10 @@ __all__ = [
     "ConfigError",
     "DeadLetter",
     "DeadLetterCause",
+    "DeadLetterPage",
     "Engine",
     "EngineError",
+    "JobPage",
     "JobState",
     "LimitsConfig",
     "ManualClock",
