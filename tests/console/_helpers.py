@@ -56,7 +56,8 @@ class Browser:
                 return await self._read(conn, stream)
 
     async def _read(self, conn: h11.Connection, stream: Any) -> Response | None:
-        status, headers, body = 0, {}, b""
+        status, body = 0, b""
+        headers: dict[str, str] = {}
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:

@@ -4,6 +4,7 @@ the durable store exactly as an RPC's writes are (checked by reopening a SQLite 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -126,9 +127,5 @@ def test_lease_holders_forget_settled_jobs() -> None:
     )
     # None of these is in flight in the state: the table is pruned back as it grows.
     for n in range(200):
-        holders.leased([StoredJob(**{**_fields(job), "id": f"j{n}"})], "w", state)
+        holders.leased([dataclasses.replace(job, id=f"j{n}")], "w", state)
     assert len(holders._holders) <= 65
-
-
-def _fields(job: StoredJob) -> dict[str, object]:
-    return {name: getattr(job, name) for name in StoredJob.__dataclass_fields__}

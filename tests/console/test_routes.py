@@ -105,6 +105,26 @@ async def test_bad_job_ids_and_unknown_pages_get_error_pages() -> None:
             assert "Traceback" not in page.text
 
 
+async def test_payloads_that_are_not_what_their_encoding_says_are_still_shown() -> None:
+    async with console() as (client, _engine, server):
+        broken = await client.enqueue(
+            EnqueueRequest(QUEUE, "t", payload=Payload(b"\xff\xfe{", "application/json"))
+        )
+        text = await client.enqueue(
+            EnqueueRequest(QUEUE, "t", payload=Payload(b"{nope", "application/json"))
+        )
+        browser = Browser(server.port)
+        as_hex = await browser.get(f"/jobs/{broken.job_id}")
+        assert as_hex.status == 200 and "not valid utf-8; as hex" in as_hex.text
+        assert "ff fe 7b" in as_hex.text
+        as_text = await browser.get(f"/jobs/{text.job_id}")
+        assert as_text.status == 200 and "not valid JSON; shown as text" in as_text.text
+        listing = await browser.get(f"/queues/{QUEUE}")
+        assert listing.status == 200
+        head = await browser.request("HEAD", "/queues")
+        assert head.status == 200 and head.body == b""
+
+
 async def test_static_files_are_served_by_the_console_itself() -> None:
     async with console() as (_client, _engine, server):
         browser = Browser(server.port)
