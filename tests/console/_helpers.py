@@ -97,13 +97,14 @@ class Browser:
         headers: Mapping[str, str] | None = None,
     ) -> Response:
         body = b"" if form is None else urllib.parse.urlencode(form).encode()
-        sent = [("host", f"127.0.0.1:{self.port}"), ("connection", "close")]
+        extra = dict(headers or {})
+        sent = [("host", extra.pop("host", f"127.0.0.1:{self.port}")), ("connection", "close")]
         if self.cookies:
             sent.append(("cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items())))
         if form is not None:
             sent.append(("content-type", "application/x-www-form-urlencoded"))
             sent.append(("content-length", str(len(body))))
-        sent.extend((headers or {}).items())
+        sent.extend(extra.items())
         with anyio.fail_after(TIMEOUT):
             async with await anyio.connect_tcp("127.0.0.1", self.port) as stream:
                 conn = h11.Connection(h11.CLIENT)

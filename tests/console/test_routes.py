@@ -221,4 +221,9 @@ async def test_hostile_requests_get_bounded_errors_and_the_console_keeps_serving
         garbage = await browser.raw(b"\x00\x01 not http at all\r\n\r\n")
         assert garbage is not None and garbage.status == 400
         assert (await browser.request("DELETE", "/queues")).status == 405
+        # DNS rebinding: a loopback console answers loopback host names only.
+        rebound = await browser.request("GET", "/queues", headers={"host": "evil.example:80"})
+        assert rebound.status == 421
+        for host in ("localhost:1", "127.0.0.1", "[::1]:8233"):
+            assert (await browser.request("GET", "/queues", headers={"host": host})).status == 200
         assert (await browser.get("/queues")).status == 200

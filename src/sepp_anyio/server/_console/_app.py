@@ -75,6 +75,13 @@ def _cursor(text: str | None) -> int:
     return int(text)
 
 
+def _loopback_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if name.startswith("[") and "]" in name:
+        name = name[1 : name.index("]")]
+    return name in ("localhost", "::1") or name.startswith("127.")
+
+
 class ConsoleApp:
     """The console of one engine (see the module docstring for the routes)."""
 
@@ -84,10 +91,13 @@ class ConsoleApp:
         templates: Templates,
         *,
         sessions: Sessions | None = None,
+        loopback: bool = True,
     ) -> None:
         self.engine = engine
         self.templates = templates
         self.sessions = sessions if sessions is not None else Sessions()
+        #: Bound to loopback only: then only loopback host names are answered (see _route).
+        self.loopback = loopback
 
     @property
     def _auth_required(self) -> bool:
@@ -122,6 +132,10 @@ class ConsoleApp:
     async def _route(self, request: Request) -> Reply:
         path = request.path
         method = request.method
+        if self.loopback and not _loopback_host(request.headers.get("host", "")):
+            # DNS rebinding: another site's name pointed at 127.0.0.1 would make its pages
+            # same-origin with the console; a loopback console answers loopback names only.
+            raise _Problem(421, "this console answers only to localhost and loopback addresses")
         if path.startswith("/static/"):
             return self._static(path.removeprefix("/static/"))
         now = anyio.current_time()

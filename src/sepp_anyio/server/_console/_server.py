@@ -116,7 +116,7 @@ async def open_console(engine: Engine, host: str, port: int) -> AsyncGenerator[C
 
     Cancellation: leaving the block (however) closes the listener and every connection.
     """
-    app = ConsoleApp(engine, Templates())
+    app = ConsoleApp(engine, Templates(), loopback=is_loopback(host))
     server = ConsoleServer(app, host)
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     async with listener, anyio.create_task_group() as tg:
