@@ -39,6 +39,8 @@ __all__ = [
 
 #: Seconds the console's rates cover.
 RATE_WINDOW_S = 60
+#: The lease-holder table is first pruned at this size.
+_MIN_PRUNE = 64
 #: The counted operations.
 KINDS = ("enqueue", "ack", "nack")
 
@@ -98,26 +100,26 @@ class LeaseHolders:
     """The worker id each lease was granted to (``ReserveRequest.worker_id``).
 
     Not persisted (a restart forgets it, as it forgets who was connected).  Entries of jobs
-    that are no longer leased are pruned once the table is twice the number of leases, so it
-    stays proportional to the jobs in flight.
+    that are no longer leased are pruned whenever the table has doubled since the last
+    pruning, so it stays proportional to the jobs in flight at amortised constant cost.
     """
 
     def __init__(self) -> None:
         self._holders: dict[str, tuple[str, int]] = {}
+        self._prune_at = _MIN_PRUNE
 
     def leased(self, jobs: Iterable[StoredJob], worker_id: str | None, state: QueueState) -> None:
         if not worker_id:
             return
         for job in jobs:
             self._holders[job.id] = (worker_id, job.lease_expires_at_ms)
-        if len(self._holders) > 64 and len(self._holders) > 2 * sum(
-            s.inflight for s in state.stats().values()
-        ):
+        if len(self._holders) >= self._prune_at:
             self._holders = {
                 job_id: held
                 for job_id, held in self._holders.items()
                 if state.inflight(job_id) is not None
             }
+            self._prune_at = max(_MIN_PRUNE, 2 * len(self._holders))
 
     def holder(self, job: StoredJob) -> str | None:
         """The worker id holding *job*'s current lease, if it is leased and one was given."""
