@@ -54,6 +54,7 @@ def _runtime_lines(pyproject: dict[str, Any]) -> list[str]:
         *extras["pydantic"],
         *extras["msgspec"],
         *extras["reload"],
+        *extras["ui"],
     ]
 
 
@@ -64,6 +65,7 @@ def _project(dependencies: list[str], extras: dict[str, list[str]] | None = None
         "pydantic": [],
         "msgspec": [],
         "reload": [],
+        "ui": [],
         "codegen": [],
         "test": [],
         "dev": [],

@@ -49,7 +49,7 @@ __all__ = [
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 # Extras a user installs to run the library: their floors are promises too.
-RUNTIME_EXTRAS = ("trio", "otel", "pydantic", "msgspec", "reload")
+RUNTIME_EXTRAS = ("trio", "otel", "pydantic", "msgspec", "reload", "ui")
 # Extras for developing it (exact pins or "recent enough"): not part of the promise.
 TOOL_EXTRAS = ("codegen", "test", "dev", "docs", "release")
 

@@ -46,6 +46,8 @@ def test_demo_on_the_embedded_server(backend: str) -> None:
     assert f"50 jobs through a Worker on {backend}" in result.stdout
     assert "embedded reference server on 127.0.0.1:" in result.stdout
     assert "SQLite database" in result.stdout
+    # The embedded server's web console, on a free loopback port.
+    assert re.search(r"^  console: http://127\.0\.0\.1:\d+/$", result.stdout, re.M), result.stdout
     # Not a terminal: progress comes as whole lines, the last one complete.
     progress = [line for line in result.stdout.splitlines() if "jobs/s |" in line]
     assert progress and "50/50 done" in progress[-1]

@@ -62,6 +62,10 @@ def test_the_wheel_holds_the_package_the_licence_and_no_tests(dist: Path) -> Non
         names = wheel.namelist()
         metadata = wheel.read(f"sepp_anyio-{sepp_anyio.__version__}.dist-info/METADATA")
     assert "sepp_anyio/py.typed" in names
+    # The web console's templates and static files are package data.
+    console = "sepp_anyio/server/_console"
+    assert f"{console}/templates/queues.html" in names
+    assert f"{console}/static/console.css" in names and f"{console}/static/console.js" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.startswith("tests/") or "/tests/" in n]
     assert not [n for n in names if n.startswith(("docs/", "benchmarks/", "examples/"))]

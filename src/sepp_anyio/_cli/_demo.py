@@ -54,6 +54,7 @@ from ._common import (
     error_line,
     open_client,
     parse,
+    port_number,
     positive_int,
     positive_seconds,
     run_async,
@@ -118,6 +119,14 @@ def build_parser(prog: str) -> Parser:
         default=300.0,
         metavar="SECONDS",
         help="give up if the jobs are not all done by then (default: 300)",
+    )
+    parser.add_argument(
+        "--ui-port",
+        type=port_number,
+        default=0,
+        metavar="PORT",
+        help="the embedded server's web console port (default: 0, any free one; needs "
+        "sepp-anyio[ui]; its address is printed)",
     )
     parser.add_argument(
         "--seed", type=int, default=None, metavar="N", help="seed of the quick jobs' durations"
@@ -276,7 +285,9 @@ async def _enqueue(client: Client, plan: _Plan, queue: str, run_id: str) -> tupl
     return deduplicated, elapsed
 
 
-async def _demo(args: argparse.Namespace, address: str, where: str, out: TextIO) -> int:
+async def _demo(
+    args: argparse.Namespace, address: str, where: str, out: TextIO, console: str | None = None
+) -> int:
     plan = _plan(args.jobs, args.lease)
     run_id = uuid.uuid4().hex[:8]
     queue = f"demo-{run_id}"
@@ -286,6 +297,8 @@ async def _demo(args: argparse.Namespace, address: str, where: str, out: TextIO)
     async with open_client(args) as client:
         print(f"sepp-anyio demo: {plan.jobs} jobs through a Worker on {args.backend}", file=out)
         print(f"  server: {where}", file=out)
+        if console is not None:
+            print(f"  console: {console}", file=out)
         print(f"  queue:  {queue}", file=out)
         for kind, count in expected.most_common():
             print(f"  {count:6d} x {kind:<16} {_KIND_LABEL[kind]}", file=out)
@@ -375,8 +388,18 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio demo") -> int:
         return run_async(prog, remote, backend=args.backend)
 
     from ..server import ServerConfig, ServerThread, SqliteStore, StorageConfig
+    from ..server._config._sections import UiConfig
+    from ..server._console import require_jinja2
+    from ..server._errors import ConfigError
 
-    config = ServerConfig(storage=StorageConfig(dead_letter_retention_ms=_DEAD_LETTER_RETENTION_MS))
+    ui = UiConfig(port=args.ui_port)
+    try:
+        require_jinja2()
+    except ConfigError:
+        ui = UiConfig()  # no console without the extra; the line below says how to get it
+    config = ServerConfig(
+        storage=StorageConfig(dead_letter_retention_ms=_DEAD_LETTER_RETENTION_MS), ui=ui
+    )
     with tempfile.TemporaryDirectory(prefix="sepp-demo-") as tmp:
         database = Path(tmp) / "demo.sqlite3"
         server = ServerThread(config, store=SqliteStore(database), backend=args.backend)
@@ -390,8 +413,10 @@ def main(argv: Sequence[str], *, prog: str = "sepp-anyio demo") -> int:
             "(deleted at exit)"
         )
 
+        console = server.console_url or "not available (pip install 'sepp-anyio[ui]')"
+
         async def embedded() -> int:
-            return await _demo(args, server.address, where, out)
+            return await _demo(args, server.address, where, out, console)
 
         try:
             return run_async(prog, embedded, backend=args.backend)

@@ -18,6 +18,8 @@ Where each setting comes from, first match wins:
   ``[storage] persist_mode`` picks SQLite's ``synchronous``: ``buffer`` is NORMAL, the others
   FULL (fsync before every reply).
 * API keys: ``--api-key`` (repeatable) replaces ``[auth] api_keys``.
+* web console: ``--ui-port PORT`` replaces ``[ui] port`` (default: none, no console); it
+  listens on the server's host and needs the extra ``sepp-anyio[ui]`` (Jinja2).
 * dead letters: ``--dead-letter-retention SECONDS`` replaces ``[storage]
   dead_letter_retention_ms`` (default 0: a dead-lettered job is deleted, and ``sepp-anyio dlq
   drain`` finds nothing).
@@ -58,6 +60,7 @@ from .._model._groups import unwrap
 from .._version import __version__
 from ..server._config._config import ServerConfig
 from ..server._config._sections import I64_MAX, ApiKey, AuthConfig, ServerSection
+from ..server._console import require_jinja2
 from ..server._errors import ConfigError
 from ..server._network._network import (
     DEFAULT_SHUTDOWN_GRACE,
@@ -236,6 +239,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="keep dead letters this long, for 'sepp-anyio dlq drain' (replaces [storage] "
         "dead_letter_retention_ms; default 0: a dead-lettered job is deleted)",
     )
+    parser.add_argument(
+        "--ui-port",
+        type=port_number,
+        metavar="PORT",
+        help="serve the web console on this port of --host (0: any free one; replaces [ui] "
+        "port; needs sepp-anyio[ui]); default: no console",
+    )
     parser.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (with --tls-key)")
     parser.add_argument("--tls-key", metavar="PEM", help="TLS private key (with --tls-cert)")
     parser.add_argument(
@@ -304,6 +314,10 @@ def _resolve(args: argparse.Namespace, env: Mapping[str, str]) -> _Settings:
             config.storage, dead_letter_retention_ms=args.dead_letter_retention_ms
         )
         config = dataclasses.replace(config, storage=storage)
+    if args.ui_port is not None:
+        config = dataclasses.replace(config, ui=dataclasses.replace(config.ui, port=args.ui_port))
+    if config.ui.port is not None:
+        require_jinja2()  # before anything starts: a missing extra is a usage error
     flags = {key: getattr(args, key) for key in _CONNECTION_KEYS if getattr(args, key) is not None}
     if flags:
         config = dataclasses.replace(config, server=dataclasses.replace(config.server, **flags))

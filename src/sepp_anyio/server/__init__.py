@@ -26,8 +26,11 @@ from ._config._sections import QueueConfig as QueueConfig
 from ._config._sections import QueueLimits as QueueLimits
 from ._config._sections import ServerSection as ServerSection
 from ._config._sections import StorageConfig as StorageConfig
+from ._config._sections import UiConfig as UiConfig
 from ._engine._clock import Clock as Clock
 from ._engine._clock import ManualClock as ManualClock
+from ._engine._console_ops import DeadLetterPage as DeadLetterPage
+from ._engine._console_ops import JobPage as JobPage
 from ._engine._engine import Engine as Engine
 from ._errors import ConfigError as ConfigError
 from ._errors import EngineError as EngineError
@@ -55,8 +58,10 @@ __all__ = [
     "ConfigError",
     "DeadLetter",
     "DeadLetterCause",
+    "DeadLetterPage",
     "Engine",
     "EngineError",
+    "JobPage",
     "JobState",
     "LimitsConfig",
     "ManualClock",
@@ -74,6 +79,7 @@ __all__ = [
     "Store",
     "StoreContents",
     "StoredJob",
+    "UiConfig",
     "serve",
     "server_ssl_context",
 ]

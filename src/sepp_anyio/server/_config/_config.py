@@ -22,6 +22,7 @@ from ._sections import (
     QueueLimits,
     ServerSection,
     StorageConfig,
+    UiConfig,
     check_fields,
     check_merged,
     merge_limits,
@@ -43,6 +44,7 @@ class ServerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     queues: tuple[QueueConfig, ...] = ()
+    ui: UiConfig = field(default_factory=UiConfig)
     _defaults: QueueLimits = field(init=False, repr=False, compare=False)
     _declared: Mapping[str, QueueLimits] = field(init=False, repr=False, compare=False)
 

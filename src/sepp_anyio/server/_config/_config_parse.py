@@ -22,12 +22,14 @@ from ._sections import (
     QueueConfig,
     ServerSection,
     StorageConfig,
+    UiConfig,
 )
 
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSection,
     "limits": LimitsConfig,
     "storage": StorageConfig,
+    "ui": UiConfig,
 }
 # Sections of a real sepp.toml that configure parts the reference server does not have
 # (admin UI, logging, OpenTelemetry, metrics, raft).  They are accepted so that one file can

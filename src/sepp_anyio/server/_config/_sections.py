@@ -319,6 +319,24 @@ class StorageConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UiConfig:
+    """``[ui]``: the web console (``sepp-anyio server --ui-port``; needs ``sepp-anyio[ui]``).
+
+    It listens on the server's host; None (the default) leaves it off.
+    """
+
+    #: TCP port of the console; 0 picks a free one; None: no console.
+    port: int | None = _opt_int(hi=65535)
+    #: Rows per page of a job or dead-letter listing (the most a page may ask for).
+    page_size: int = _int(50, lo=1, hi=1000)
+    #: Bytes of a payload shown in a job's preview; the rest is cut off.
+    payload_preview_bytes: int = _int(4096, lo=16, hi=1_048_576)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "ui")
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueConfig:
     """One ``[[queues]]`` entry: a declared queue and its overrides (None = inherit)."""
 

@@ -65,6 +65,17 @@ from .._store._records import (
 from .._store._store import Store
 from ._clock import Clock
 from ._committer import Committer, Ticket
+from ._console_ops import (
+    Activity,
+    DeadLetterPage,
+    JobPage,
+    LeaseHolders,
+    list_dead_letters,
+    list_jobs,
+    oldest_ready_ms,
+    purge,
+    requeue,
+)
 from ._convert import (
     custom_from_pb,
     dead_letter_to_pb,
@@ -159,6 +170,10 @@ class Engine(anyio.AsyncContextManagerMixin):
         self._timer_target: int | None = None
         # A seam for tests that need reproducible ids (property-based tests replay examples).
         self._new_job_id: Callable[[], str] = lambda: str(uuid.uuid4())
+        # What the web console shows beyond the state: rates and who holds each lease.
+        self._activity = Activity()
+        self._holders = LeaseHolders()
+        self._started_ms: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +184,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         contents = await self._store.open()
         try:
             self._state.load(contents)
+            self._started_ms = self._clock.now_ms()
             committer = self._committer = Committer(self._store)
             try:
                 async with anyio.create_task_group() as tg:
@@ -399,6 +415,7 @@ class Engine(anyio.AsyncContextManagerMixin):
                 deadline_ms=now + window,
             )
         self._state.insert(record, ch, dedup)
+        self._activity.record(job.queue, "enqueue", now)
         return job_id
 
     def _enqueue_one(self, job: Any, now: int, ch: Changes) -> Any:
@@ -597,6 +614,7 @@ class Engine(anyio.AsyncContextManagerMixin):
                 ch = Changes()
                 jobs = self._state.reserve(queues, lease_ms, max_jobs, now, ch)
                 if jobs:
+                    self._holders.leased(jobs, request.worker_id, self._state)
                     await self._commit(ch)
                     return pb.ReserveResponse(jobs=[job_to_pb(job) for job in jobs])
                 if now >= deadline:
@@ -645,6 +663,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         job = await self._leased(request.job_id, request.attempt)
         ch = Changes()
         self._state.ack(job, ch)
+        self._activity.record(job.queue, "ack", self._clock.now_ms())
         await self._commit(ch)
         return pb.AckResponse(job_id=request.job_id)
 
@@ -687,6 +706,7 @@ class Engine(anyio.AsyncContextManagerMixin):
             else:
                 delay_ms = retry_delay_ms(limits, job.id, job.attempt)
             self._state.requeue(job, now, delay_ms, ch)
+        self._activity.record(job.queue, "nack", now)
         await self._commit(ch)
         return pb.NackResponse(job_id=request.job_id, dead_lettered=dead_lettered)
 
@@ -785,3 +805,123 @@ class Engine(anyio.AsyncContextManagerMixin):
             strict_queues=config.server.strict_queues,
             dead_letter_retention_enabled=self._boot.dead_letter_retention_enabled,
         )
+
+    # ------------------------------------------------------------------ the web console
+    # Reads are synchronous snapshots, bounded by their page (``_console_ops``); actions go
+    # through the committer like an RPC's writes.
+
+    @property
+    def started_at_ms(self) -> int | None:
+        """When the engine finished loading its store (clock ms), None before."""
+        return self._started_ms
+
+    def list_jobs(
+        self,
+        queue: str,
+        *,
+        states: frozenset[JobState] | None = None,
+        job_type: str | None = None,
+        cursor: int = 0,
+        page_size: int = 50,
+    ) -> JobPage:
+        """A page of *queue*'s live jobs in insertion order, filtered by state and type.
+
+        Looks at no more than ``storage.sweep_limit`` jobs per call (a sparse filter may give
+        a short page with a ``next_cursor``).  Synchronous: never waits.
+        """
+        return list_jobs(
+            self._state,
+            queue,
+            states=states,
+            job_type=job_type,
+            cursor=max(cursor, 0),
+            page_size=max(page_size, 1),
+            scan_limit=self._boot.storage.sweep_limit,
+        )
+
+    def list_dead_letters(
+        self, queue: str | None = None, *, cursor: int = 0, page_size: int = 50
+    ) -> DeadLetterPage:
+        """A page of retained dead letters, oldest first (bounded as :meth:`list_jobs`)."""
+        return list_dead_letters(
+            self._state,
+            queue,
+            cursor=max(cursor, 0),
+            page_size=max(page_size, 1),
+            scan_limit=self._boot.storage.sweep_limit,
+        )
+
+    def dead_letter(self, job_id: str) -> DeadLetter | None:
+        """The retained dead letter of this job id, or None."""
+        return self._state.dead_letter_of(job_id.lower())
+
+    def idempotency_key(self, job_id: str) -> str | None:
+        """The idempotency key the job was enqueued with, while its dedup window lasts."""
+        return self._state.idempotency_key(job_id.lower())
+
+    def lease_holder(self, job: StoredJob) -> str | None:
+        """The ``worker_id`` the job's current lease was granted to (None if not leased, or
+        if the reserve gave none)."""
+        return self._holders.holder(job)
+
+    def oldest_ready_at_ms(self, queue: str) -> int | None:
+        """When *queue*'s oldest ready job was enqueued (clock ms), None if none is ready."""
+        return oldest_ready_ms(self._state, queue, self._boot.storage.sweep_limit)
+
+    def rates(self, queue: str) -> dict[str, int]:
+        """Enqueues, acks and nacks of *queue* over the last minute, by name."""
+        return self._activity.per_minute(queue, self._clock.now_ms())
+
+    async def requeue_dead_letters(
+        self, queue: str | None = None, job_id: str | None = None
+    ) -> list[StoredJob]:
+        """Requeue one dead letter (*job_id*) or up to ``storage.sweep_limit`` of *queue*
+        (all queues if None) as new ready jobs with their old ids, at attempt 1.
+
+        Committed like an RPC's writes before returning; the dead letters are gone and the
+        jobs are ready in the store.  An unknown *job_id* requeues nothing.
+
+        Raises:
+            EngineError: UNAVAILABLE while the store fails or after close.
+
+        Cancellation: the requeue happens anyway (only the returned list is lost).
+        """
+        self._begin()
+        ch = Changes()
+        jobs = requeue(
+            self._state,
+            queue,
+            None if job_id is None else job_id.lower(),
+            self._clock.now_ms(),
+            self._boot.storage.sweep_limit,
+            ch,
+        )
+        await self._commit(ch)
+        if jobs:
+            logger.info("console: requeued %d dead letter(s)", len(jobs))
+        return jobs
+
+    async def purge_dead_letters(
+        self, queue: str | None = None, job_id: str | None = None
+    ) -> list[DeadLetter]:
+        """Delete one dead letter (*job_id*) or up to ``storage.sweep_limit`` of *queue*
+        (all queues if None) for good; committed before returning.
+
+        Raises:
+            EngineError: as :meth:`requeue_dead_letters`.
+
+        Cancellation: as :meth:`requeue_dead_letters`.
+        """
+        self._begin()
+        ch = Changes()
+        records = purge(
+            self._state,
+            queue,
+            None if job_id is None else job_id.lower(),
+            self._boot.storage.sweep_limit,
+            ch,
+        )
+        await self._commit(ch)
+        if records:
+            logger.warning("console: purged %d dead letter(s)", len(records))
+        return records

@@ -84,6 +84,9 @@ class _Queue:
     dead_letters: int = 0
     #: An admin delete is in progress: enqueues are refused with QueueClosing.
     closing: bool = False
+    #: The ids of the queue's live jobs in order of insertion (a dict as an ordered set):
+    #: lets the console list one queue's jobs without walking every queue's.
+    ids: dict[str, None] = field(default_factory=dict)
 
     def count(self, state: JobState, delta: int) -> None:
         # The ready count is the heap's length; only the other two are counters.
@@ -109,6 +112,8 @@ class QueueState:
         self._leases: list[tuple[int, int, str]] = []
         self._dedup: dict[tuple[str, str], DedupEntry] = {}
         self._dedup_timers: list[tuple[int, str, str]] = []
+        #: job id -> its idempotency key, while the key's row lives (the console shows it).
+        self._key_of: dict[str, str] = {}
         self._dead: dict[str, DeadLetter] = {}
         self._dead_order: list[tuple[int, int, str, str]] = []
         #: The next sequence number (see the module docstring).
@@ -130,6 +135,7 @@ class QueueState:
             self._place(job)
         for entry in contents.dedup:
             self._dedup[entry.queue, entry.key] = entry
+            self._key_of[entry.job_id] = entry.key
             heapq.heappush(self._dedup_timers, (entry.deadline_ms, entry.queue, entry.key))
         for record in contents.dead_letters:
             self._add_dead_letter(record)
@@ -188,6 +194,31 @@ class QueueState:
             if queue is None or q == queue
         ]
 
+    def idempotency_key(self, job_id: str) -> str | None:
+        """The idempotency key the job was enqueued with, while its dedup row lives."""
+        return self._key_of.get(job_id)
+
+    def queue_job_ids(self, queue: str) -> Iterable[str]:
+        """The ids of *queue*'s live jobs, oldest insertion first (a live view: iterate it
+        without mutating the state in between)."""
+        q = self._queues.get(queue)
+        return () if q is None else q.ids.keys()
+
+    def dead_letter_order(self) -> Sequence[tuple[int, int, str, str]]:
+        """The dead letters' order keys, oldest first (a live view, see above)."""
+        return self._dead_order
+
+    def dead_letter_of(self, job_id: str) -> DeadLetter | None:
+        """The dead letter of the job with this (lowercase) id, or None."""
+        return self._dead.get(job_id)
+
+    def remove_dead_letter(self, job_id: str, ch: Changes) -> DeadLetter | None:
+        """Delete the dead letter of *job_id* (console requeue and purge); None if absent."""
+        record = self._dead.get(job_id)
+        if record is None:
+            return None
+        return self._delete_dead_letter(record.order_key, ch)
+
     def next_deadline(self) -> int | None:
         """Earliest pending timer deadline (may be a stale entry's: waking early is harmless)."""
         candidates = [heap[0][0] for heap in (self._scheduled, self._leases) if heap]
@@ -203,6 +234,7 @@ class QueueState:
         """Index *job* (already in its final state) as live."""
         self._jobs[job.id] = job
         queue = self._queue(job.queue)
+        queue.ids[job.id] = None
         if job.state is JobState.READY:
             heapq.heappush(queue.ready, job.ready_key)
         elif job.state is JobState.SCHEDULED:
@@ -229,7 +261,9 @@ class QueueState:
     def _remove(self, job: StoredJob, ch: Changes) -> None:
         """Forget live *job* (acked or dead-lettered).  Its heap entries go stale."""
         self._jobs.pop(job.id)
-        self._queue(job.queue).count(job.state, -1)
+        queue = self._queue(job.queue)
+        queue.count(job.state, -1)
+        queue.ids.pop(job.id, None)
         ch.writes.append(DeleteJob(job.id))
 
     # ------------------------------------------------------------------ mutations
@@ -245,6 +279,7 @@ class QueueState:
         if dedup is not None:
             # Replaces a stale row of the same key, if any (its timer entry goes stale).
             self._dedup[dedup.queue, dedup.key] = dedup
+            self._key_of[dedup.job_id] = dedup.key
             heapq.heappush(self._dedup_timers, (dedup.deadline_ms, dedup.queue, dedup.key))
             ch.writes.append(PutDedup(dedup))
             ch.deadline(dedup.deadline_ms)
@@ -384,6 +419,7 @@ class QueueState:
             if entry is None or entry.deadline_ms != deadline:
                 continue
             del self._dedup[queue, key]
+            self._key_of.pop(entry.job_id, None)
             ch.writes.append(DeleteDedup(queue, key))
             done += 1
         more |= done >= limit

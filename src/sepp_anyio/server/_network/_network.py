@@ -62,6 +62,7 @@ from anyio.streams.tls import TLSStream
 from sepp_anyio._http2 import Limits
 
 from .._config._config import ServerConfig
+from .._console import open_configured_console
 from .._engine._clock import Clock
 from .._engine._engine import Engine
 from .._errors import ConfigError
@@ -510,6 +511,10 @@ async def serve(
         shutdown_grace: seconds calls in progress get to finish on shutdown.
         task_status: ``started(port)`` with the bound port once listening.
 
+    With ``config.ui.port`` set it also serves the web console on ``host`` at that port
+    (Jinja2, the extra ``sepp-anyio[ui]``, must be installed: else ConfigError ``ui.port``)
+    and logs ``console listening on http://HOST:PORT/``.
+
     Once listening it logs ``queue server listening on HOST:PORT`` at INFO on the
     :data:`LISTENING_LOGGER` logger.  A warning is logged when API keys are configured
     without TLS.
@@ -522,7 +527,7 @@ async def serve(
         ConfigError: only one TLS path, or unusable TLS files.
         OSError: the address cannot be bound, or the store cannot be opened.
     """
-    async with _open_server(
+    opened = _open_server(
         config if config is not None else ServerConfig(),
         host=host,
         port=port,
@@ -531,7 +536,9 @@ async def serve(
         tls_key=tls_key,
         clock=clock,
         shutdown_grace=shutdown_grace,
-    ) as (_, server):
+    )
+    # The web console, when [ui] port asks for one, on the server's host.
+    async with opened as (engine, server), open_configured_console(engine, host):
         task_status.started(server.port)
         await anyio.sleep_forever()
 
@@ -590,6 +597,9 @@ class ServerThread:
         self._scope: anyio.CancelScope | None = None
         self._error: BaseException | None = None
         self._network: NetworkServer | None = None
+        #: The web console's address (``http://HOST:PORT/``) while running, when the
+        #: config's ``[ui] port`` asks for one; else None.
+        self.console_url: str | None = None
 
     @property
     def address(self) -> str:
@@ -668,9 +678,13 @@ class ServerThread:
         self._token = anyio.lowlevel.current_token()
         with anyio.CancelScope() as scope:
             self._scope = scope
-            async with self._open(port=self.port) as (_, network):
+            async with (
+                self._open(port=self.port) as (engine, network),
+                open_configured_console(engine, self.host) as console,
+            ):
                 self._network = network
                 self.port = network.port
+                self.console_url = None if console is None else console.url
                 self._ready.set()
                 try:
                     await anyio.sleep_forever()
