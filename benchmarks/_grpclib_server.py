@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
-from grpclib.server import Server
+from grpclib.const import Cardinality, Handler
+from grpclib.server import Server, Stream
 
 from sepp_anyio._proto.sepp import v1 as pb
 
 
-class NoopService(pb.QueueServiceBase):  # type: ignore[misc]
-    async def ack(self, message: pb.AckRequest) -> pb.AckResponse:
-        return pb.AckResponse(job_id=message.job_id)
+class NoopService:
+    """``sepp.v1.QueueService/Ack`` and nothing else (grpclib answers the other methods
+    UNIMPLEMENTED): grpclib's ``__mapping__`` protocol, written here because the generated
+    code has no server side."""
+
+    async def ack(self, stream: Stream[pb.AckRequest, pb.AckResponse]) -> None:
+        message: Any = await stream.recv_message()
+        await stream.send_message(pb.AckResponse(job_id=message.job_id))
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            "/sepp.v1.QueueService/Ack": Handler(
+                self.ack, Cardinality.UNARY_UNARY, pb.AckRequest, pb.AckResponse
+            )
+        }
 
 
 async def main(port: int) -> None:

@@ -8,39 +8,38 @@ listening and serves until killed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
+from sepp_anyio import StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
-from sepp_anyio.server import Engine, NetworkServer, ServerConfig
+from sepp_anyio.server import Engine, EngineError, NetworkServer
+from sepp_anyio.server._engine._engine import rpc_of
 
 
-class _NoopEngine:
-    """What the service layer reads of an engine; every RPC answers at once."""
+async def _ack(message: pb.AckRequest) -> pb.AckResponse:
+    return pb.AckResponse(job_id=message.job_id)
 
-    config = ServerConfig()
-    shutting_down = False
-    storage_failed = False
 
-    def shutdown(self) -> None:
-        pass
-
-    async def ack(self, message: pb.AckRequest) -> pb.AckResponse:
-        return pb.AckResponse(job_id=message.job_id)
-
-    def __getattr__(self, name: str) -> Any:
-        async def nothing(message: Any) -> Any:
-            raise NotImplementedError(name)
-
-        return nothing
+async def _unimplemented(message: Any) -> Any:
+    # As the bare grpclib peer answers a method it does not serve.
+    raise EngineError(StatusCode.UNIMPLEMENTED, "Method not found")
 
 
 async def main(port: int) -> None:
-    async with NetworkServer(cast("Engine", _NoopEngine()), port=port):
-        print("ready", flush=True)
-        await anyio.sleep_forever()
+    # A real engine (empty, idle: its timer sleeps, its committer waits) whose handlers are
+    # replaced: the service layer and everything under it run as in production.
+    async with Engine() as engine:
+        rpc = rpc_of(engine)
+        for field in dataclasses.fields(rpc):
+            setattr(rpc, field.name, _unimplemented)
+        rpc.ack = _ack
+        async with NetworkServer(engine, port=port):
+            print("ready", flush=True)
+            await anyio.sleep_forever()
 
 
 if __name__ == "__main__":

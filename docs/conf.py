@@ -38,9 +38,6 @@ exclude_patterns = ["_build", "_inventories", "diagrams/*.py", "Thumbs.db", ".DS
 nitpicky = True
 # Private types that public signatures name; each is documented in words where it matters.
 nitpick_ignore_regex = [
-    # The engine's per-RPC methods take and return the generated wire messages, which are
-    # not documented (their fields are the protocol's, docs/reference/server.rst says so).
-    ("py:class", r"sepp_anyio\._proto\..*"),
     # A Store's write operations (Store.commit's argument), private records of the server.
     (
         "py:class",

@@ -50,7 +50,7 @@ def _generate_proto(out: Path, env: dict[str, str]) -> None:
                 "grpc_tools.protoc",
                 f"-I{PROTO_DIR}",
                 f"--python_betterproto2_out={tmp}",
-                "--python_betterproto2_opt=client_generation=async,server_generation=async",
+                "--python_betterproto2_opt=client_generation=async,server_generation=none",
                 *PROTO_FILES,
             ],
             cwd=PROTO_DIR,

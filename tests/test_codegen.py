@@ -126,3 +126,15 @@ def test_embedded_messages_use_the_compiled_encoders() -> None:
     source = GENERATED_CODECS.read_text()
     assert "_encode_Job_" in source
     assert "bytes(" not in source.replace("bytes(buf)", "")
+
+
+def test_no_server_side_is_generated() -> None:
+    """Only the client stubs are generated (``server_generation=none``): the server speaks
+    ``_grpc`` itself, and the grpclib test and benchmark peers write their own
+    ``__mapping__``, so a generated ``ServiceBase`` would be dead code on grpclib."""
+    import sepp_anyio._proto.sepp.v1 as pb
+
+    assert not hasattr(pb, "QueueServiceBase")
+    assert hasattr(pb, "QueueServiceStub")
+    for path in GENERATED.rglob("*.py"):
+        assert "ServiceBase" not in path.read_text(), path

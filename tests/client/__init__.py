@@ -4,8 +4,8 @@ The helpers run the reference server's engine in-process, behind a proxy that in
 faults *on the server side* and counts every call that reaches it, so retry tests count
 real attempts rather than trusting the client's own bookkeeping:
 
-* :class:`FaultyEngine` wraps an :class:`~sepp_anyio.server.Engine` for
-  :class:`~sepp_anyio.testing.MemoryChannel`;
+* :class:`FaultyEngine` wraps the RPC handlers of an :class:`~sepp_anyio.server.Engine`
+  (the fields of its ``rpc_of``), which :class:`~sepp_anyio.testing.MemoryChannel` calls;
 * :func:`open_client` is ``open_in_memory_client`` with that proxy in between.
 
 Network tests use ``tests.support.servers.ScriptedGrpclibServer`` (the same faults over the
@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
 from sepp_anyio import Client, EnqueueRequest, JobCtx, RetryPolicy, StatusCode
 from sepp_anyio.server import Clock, Engine, EngineError, ServerConfig, Store
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.testing import MemoryChannel
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
     "prepared",
 ]
 
-#: Engine method -> gRPC method name, for the eight RPCs.
+#: Engine handler (the field of its ``EngineRpc``) -> gRPC method name, for the eight RPCs.
 RPCS: dict[str, str] = {
     "enqueue_batch": "EnqueueBatch",
     "enqueue_atomic": "EnqueueAtomic",
@@ -53,7 +54,8 @@ RPCS: dict[str, str] = {
 
 
 class FaultyEngine:
-    """An engine as :class:`MemoryChannel` sees it, with scripted faults per RPC.
+    """Scripted faults per RPC in front of an engine's handlers (installed in its
+    ``rpc_of`` at construction, so whatever serves the engine meets them).
 
     Keys are gRPC method names (``"Ack"``). Each call is counted (``calls``), its
     ``anyio.current_time()`` and request recorded (``call_times``, ``requests``) before
@@ -83,6 +85,9 @@ class FaultyEngine:
         self.calls: dict[str, int] = dict.fromkeys(RPCS.values(), 0)
         self.call_times: dict[str, list[float]] = {name: [] for name in RPCS.values()}
         self.requests: dict[str, list[Any]] = {name: [] for name in RPCS.values()}
+        handlers = rpc_of(engine)
+        for field, rpc in RPCS.items():
+            setattr(handlers, field, self._wrap(rpc, getattr(handlers, field)))
 
     @property
     def config(self) -> ServerConfig:
@@ -92,12 +97,9 @@ class FaultyEngine:
     def total_calls(self) -> int:
         return sum(self.calls.values())
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.engine, name)
-        rpc = RPCS.get(name)
-        if rpc is None:
-            return target
-
+    def _wrap(
+        self, rpc: str, target: Callable[[Any], Awaitable[Any]]
+    ) -> Callable[[Any], Awaitable[Any]]:
         async def call(request: Any) -> Any:
             index = self.calls[rpc]
             self.calls[rpc] = index + 1
@@ -155,7 +157,7 @@ async def open_client(
             hang_first=hang_first,
             lose_reply_first=lose_reply_first,
         )
-        channel = MemoryChannel(cast("Engine", faults), metadata=metadata)
+        channel = MemoryChannel(engine, metadata=metadata)
         server_clock = engine.clock
 
         def server_now() -> datetime:

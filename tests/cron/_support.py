@@ -14,6 +14,7 @@ import anyio
 
 from sepp_anyio import Client, EnqueueRequest, Job, Payload, StatusCode
 from sepp_anyio.server import Clock, Engine, EngineError
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.testing import open_in_memory_client
 
 QUEUE = "cron"
@@ -80,8 +81,9 @@ class Enqueued:
 
 @dataclass(eq=False)
 class EnqueueTap:
-    """Wraps ``engine.enqueue_batch`` (the engine still answers): records every job, and
-    answers UNAVAILABLE while the engine clock is inside ``outage`` (a half-open interval)."""
+    """Wraps ``rpc_of(engine).enqueue_batch`` (the engine still answers): records every job,
+    and answers UNAVAILABLE while the engine clock is inside ``outage`` (a half-open
+    interval)."""
 
     engine: Engine
     clock: StartAt
@@ -90,7 +92,7 @@ class EnqueueTap:
     outage: tuple[datetime, datetime] | None = None
 
     def __post_init__(self) -> None:
-        real: Callable[[Any], Awaitable[Any]] = self.engine.enqueue_batch
+        real: Callable[[Any], Awaitable[Any]] = rpc_of(self.engine).enqueue_batch
 
         async def tap(request: Any) -> Any:
             now = self.clock.now()
@@ -109,7 +111,7 @@ class EnqueueTap:
                 )
             return reply
 
-        self.engine.enqueue_batch = tap  # type: ignore[method-assign]
+        rpc_of(self.engine).enqueue_batch = tap
 
     def new(self) -> list[Enqueued]:
         """The jobs that were really created (not deduplicated)."""

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import anyio
 import anyio.lowlevel
@@ -36,6 +36,7 @@ from sepp_anyio.server import (
     SqliteStore,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.server._network._network import call_soon_threadsafe, default_backend
 
 __all__ = ["RETENTION_ENV", "FaultServer", "durable_server", "start_process"]
@@ -81,27 +82,21 @@ def durable_server(db: Path, *, env: dict[str, str] | None = None) -> Iterator[S
         server.stop()
 
 
-class _FaultyEngine:
-    """The engine as the service layer sees it, with scripted failures in front."""
+def _inject_faults(engine: Engine, owner: FaultServer) -> None:
+    """Put ``owner``'s scripted failures in front of every RPC handler of ``engine``."""
+    rpc = rpc_of(engine)
+    for name in _METHODS:
+        setattr(rpc, name, _faulty(owner, name, getattr(rpc, name)))
 
-    def __init__(self, engine: Engine, owner: FaultServer) -> None:
-        self._engine = engine
-        self._owner = owner
-        for name in _METHODS:
-            setattr(self, name, self._wrap(name, getattr(engine, name)))
 
-    def __getattr__(self, name: str) -> Any:
-        # config, shutdown(), shutting_down, storage_failed: the engine's own.
-        return getattr(self._engine, name)
+def _faulty(
+    owner: FaultServer, name: str, method: Callable[[Any], Awaitable[Any]]
+) -> Callable[[Any], Awaitable[Any]]:
+    async def call(request: Any) -> Any:
+        owner._maybe_fail(name)
+        return await method(request)
 
-    def _wrap(
-        self, name: str, method: Callable[[Any], Awaitable[Any]]
-    ) -> Callable[[Any], Awaitable[Any]]:
-        async def call(request: Any) -> Any:
-            self._owner._maybe_fail(name)
-            return await method(request)
-
-        return call
+    return call
 
 
 class FaultServer:
@@ -231,8 +226,8 @@ class FaultServer:
         self._token = anyio.lowlevel.current_token()
         self._stop = anyio.Event()
         async with Engine(self.config, SqliteStore(str(self.db))) as engine:
-            faulty = cast("Engine", _FaultyEngine(engine, self))
-            async with NetworkServer(faulty, port=0, shutdown_grace=1.0) as server:
+            _inject_faults(engine, self)
+            async with NetworkServer(engine, port=0, shutdown_grace=1.0) as server:
                 self.port = server.port
                 self._server = server
                 self._ready.set()

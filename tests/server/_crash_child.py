@@ -15,6 +15,7 @@ import anyio
 
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Engine, SqliteStore
+from sepp_anyio.server._engine._engine import rpc_of
 
 
 async def main(path: str) -> None:
@@ -28,11 +29,11 @@ async def main(path: str) -> None:
                 )
                 for n in range(3)
             ]
-            response = await engine.enqueue_batch(pb.EnqueueBatchRequest(jobs=jobs))
+            response = await rpc_of(engine).enqueue_batch(pb.EnqueueBatchRequest(jobs=jobs))
             for result in response.results:
                 print("E", result.success.job_id, flush=True)
             if i % 2 == 0:
-                reserved = await engine.reserve(
+                reserved = await rpc_of(engine).reserve(
                     pb.ReserveRequest(
                         queues=["crash"], lease_duration=datetime.timedelta(seconds=600)
                     )

@@ -13,6 +13,7 @@ import betterproto2
 from sepp_anyio._proto.google.protobuf import Empty
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Clock, Engine, ManualClock, MemoryStore, ServerConfig, Store
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.server._store._records import StoreContents, Write
 
 #: The ManualClock start used by every test (2023-11-14T22:13:20Z).
@@ -85,7 +86,7 @@ async def running(
 
 async def enqueue_results(engine: Engine, *jobs: Any) -> list[tuple[str, Any]]:
     """``(branch, value)`` per job: ``("success", EnqueueResponse)`` or a rejection's branch."""
-    response = await engine.enqueue_batch(pb.EnqueueBatchRequest(jobs=list(jobs)))
+    response = await rpc_of(engine).enqueue_batch(pb.EnqueueBatchRequest(jobs=list(jobs)))
     out = []
     for result in response.results:
         branch, value = betterproto2.which_one_of(result, "outcome")
@@ -113,7 +114,7 @@ async def rejection(engine: Engine, one: Any) -> tuple[str, Any]:
 
 async def atomic(engine: Engine, *jobs: Any) -> tuple[str, Any]:
     """EnqueueAtomic: ``("success", [EnqueueResponse])`` or ``("rejection", [(index, branch)])``."""
-    response = await engine.enqueue_atomic(pb.EnqueueBatchRequest(jobs=list(jobs)))
+    response = await rpc_of(engine).enqueue_atomic(pb.EnqueueBatchRequest(jobs=list(jobs)))
     branch, value = betterproto2.which_one_of(response, "outcome")
     assert value is not None
     if branch == "success":
@@ -130,7 +131,7 @@ async def reserve(
     wait: float | None = None,
     max_jobs: int | None = None,
 ) -> list[Any]:
-    response = await engine.reserve(
+    response = await rpc_of(engine).reserve(
         pb.ReserveRequest(
             queues=list(queues or ("q",)),
             lease_duration=td(lease),
@@ -142,7 +143,7 @@ async def reserve(
 
 
 async def ack(engine: Engine, j: Any) -> None:
-    await engine.ack(pb.AckRequest(job_id=j.id, attempt=j.attempt))
+    await rpc_of(engine).ack(pb.AckRequest(job_id=j.id, attempt=j.attempt))
 
 
 async def nack(
@@ -161,14 +162,14 @@ async def nack(
         retry = pb.NackRetry(delay=td(delay))
     elif default:
         retry = pb.NackRetry(default=Empty())
-    response = await engine.nack(
+    response = await rpc_of(engine).nack(
         pb.NackRequest(job_id=j.id, attempt=j.attempt, retry=retry, reason=reason)
     )
     return bool(response.dead_lettered)
 
 
 async def extend(engine: Engine, j: Any, lease: float) -> datetime.datetime:
-    response = await engine.extend(
+    response = await rpc_of(engine).extend(
         pb.ExtendRequest(job_id=j.id, attempt=j.attempt, lease_duration=td(lease))
     )
     result: datetime.datetime = response.lease_expires_at
@@ -176,5 +177,7 @@ async def extend(engine: Engine, j: Any, lease: float) -> datetime.datetime:
 
 
 async def drain(engine: Engine, queue: str | None = None, max: int | None = None) -> list[Any]:
-    response = await engine.drain_dead_letters(pb.DrainDeadLettersRequest(queue=queue, max=max))
+    response = await rpc_of(engine).drain_dead_letters(
+        pb.DrainDeadLettersRequest(queue=queue, max=max)
+    )
     return list(response.records)

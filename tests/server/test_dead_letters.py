@@ -16,6 +16,7 @@ from sepp_anyio.server import (
     ServerSection,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import T0, drain, enqueue, job, nack, reserve, running, ts
 
@@ -143,5 +144,5 @@ async def test_drain_has_no_strict_mode_check() -> None:
 async def test_drain_validation(fields: dict[str, Any], message: str) -> None:
     async with running() as engine:
         with pytest.raises(EngineError) as info:
-            await engine.drain_dead_letters(pb.DrainDeadLettersRequest(**fields))
+            await rpc_of(engine).drain_dead_letters(pb.DrainDeadLettersRequest(**fields))
     assert (info.value.status, info.value.message) == (StatusCode.INVALID_ARGUMENT, message)

@@ -22,6 +22,7 @@ from sepp_anyio.server import (
     ServerSection,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import T0, GatedStore, enqueue, job, nack, reserve, running, td, ts
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_server_info_defaults() -> None:
     async with running() as engine:
-        info = await engine.get_server_info(pb.GetServerInfoRequest())
+        info = await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
     assert info.server_version == __version__
     assert info.supported_protocol_versions == ["v1"]
     assert info.server_time == ts(T0)
@@ -64,7 +65,7 @@ async def test_server_info_reflects_global_config_not_queue_overrides() -> None:
         queues=(QueueConfig(name="q", max_lease_duration_ms=5, allowed_encodings=("json",)),),
     )
     async with running(config) as engine:
-        info = await engine.get_server_info()
+        info = await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
         assert info.restricts_encodings is True  # an empty list counts
         assert info.allowed_encodings == []
         assert info.max_lease_duration == td(1.234)
@@ -72,7 +73,7 @@ async def test_server_info_reflects_global_config_not_queue_overrides() -> None:
         assert info.dead_letter_retention_enabled is True
         # Retention is read at boot; strict mode is live.
         engine.reload(ServerConfig())
-        info = await engine.get_server_info()
+        info = await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
         assert info.dead_letter_retention_enabled is True
         assert info.strict_queues is False
 
@@ -83,7 +84,7 @@ async def test_server_info_reflects_global_config_not_queue_overrides() -> None:
 async def test_rpc_before_start_is_a_usage_error() -> None:
     engine = Engine()
     with pytest.raises(RuntimeError, match="not running"):
-        await engine.get_server_info()
+        await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
 
 
 async def test_rpc_after_close_is_unavailable_and_reentry_refused() -> None:
@@ -135,7 +136,9 @@ async def test_memory_store_recovery_in_a_new_engine() -> None:
             leased_id: JobState.INFLIGHT,
         }
         assert [r.job.id for r in engine.dead_letters()] == [dead]
-        dedup = await engine.enqueue_batch(pb.EnqueueBatchRequest(jobs=[job(idempotency_key="k")]))
+        dedup = await rpc_of(engine).enqueue_batch(
+            pb.EnqueueBatchRequest(jobs=[job(idempotency_key="k")])
+        )
         assert dedup.results[0].success.job_id == leased_id
         await clock.advance(10)  # the recovered lease still expires on time
         again = await reserve(engine, max_jobs=3)

@@ -8,7 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Engine, MemoryStore, SqliteStore, Store
+from sepp_anyio.server._engine._engine import rpc_of
 
 pytestmark = pytest.mark.anyio
 
@@ -27,5 +29,5 @@ async def test_an_engine_cancelled_while_entering_leaves_its_store_usable(
     # Once a MemoryStore was left marked open by the cancelled open(), and every later
     # engine was refused ("already used by a running engine").
     async with Engine(store=store) as engine:
-        info = await engine.get_server_info()
+        info = await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
     assert info.supported_protocol_versions == ["v1"]

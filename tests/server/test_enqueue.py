@@ -20,6 +20,7 @@ from sepp_anyio.server import (
     ServerSection,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import (
     T0,
@@ -52,7 +53,7 @@ STRICT = ServerConfig(
 async def test_empty_batch_is_invalid_argument(method: str) -> None:
     async with running() as engine:
         with pytest.raises(EngineError) as info:
-            await getattr(engine, method)(pb.EnqueueBatchRequest(jobs=[]))
+            await getattr(rpc_of(engine), method)(pb.EnqueueBatchRequest(jobs=[]))
     assert info.value.status is StatusCode.INVALID_ARGUMENT
     assert info.value.message == "batch must contain at least one job"
 
@@ -62,7 +63,7 @@ async def test_batch_over_max_enqueue_batch(method: str) -> None:
     config = ServerConfig(limits=LimitsConfig(max_enqueue_batch=2))
     async with running(config) as engine:
         with pytest.raises(EngineError) as info:
-            await getattr(engine, method)(pb.EnqueueBatchRequest(jobs=[job()] * 3))
+            await getattr(rpc_of(engine), method)(pb.EnqueueBatchRequest(jobs=[job()] * 3))
         assert info.value.status is StatusCode.INVALID_ARGUMENT
         assert info.value.message == "batch exceeds max_enqueue_batch (2)"
         assert engine.stats() == {}

@@ -23,6 +23,7 @@ from sepp_anyio.server import (
     ServerConfig,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.server._engine._policy import retry_delay_ms
 
 from ._helpers import (
@@ -139,7 +140,7 @@ async def test_ack_deletes_the_job() -> None:
     async with running() as engine:
         [job_id] = await enqueue(engine, job())
         [leased] = await reserve(engine)
-        response = await engine.ack(pb.AckRequest(job_id=leased.id, attempt=1))
+        response = await rpc_of(engine).ack(pb.AckRequest(job_id=leased.id, attempt=1))
         assert response.job_id == job_id
         assert engine.snapshot_job(job_id) is None
         await expect_error(ack(engine, leased), StatusCode.NOT_FOUND, "job not found")
@@ -149,9 +150,9 @@ async def test_ack_not_inflight_is_not_found() -> None:
     async with running() as engine:
         [job_id] = await enqueue(engine, job())  # ready, not inflight
         request = pb.AckRequest(job_id=job_id, attempt=1)
-        await expect_error(engine.ack(request), StatusCode.NOT_FOUND, "job not found")
+        await expect_error(rpc_of(engine).ack(request), StatusCode.NOT_FOUND, "job not found")
         unknown = pb.AckRequest(job_id="00000000-0000-4000-8000-000000000000", attempt=1)
-        await expect_error(engine.ack(unknown), StatusCode.NOT_FOUND, "job not found")
+        await expect_error(rpc_of(engine).ack(unknown), StatusCode.NOT_FOUND, "job not found")
 
 
 async def test_ack_attempt_mismatch_is_failed_precondition() -> None:
@@ -159,14 +160,16 @@ async def test_ack_attempt_mismatch_is_failed_precondition() -> None:
         await enqueue(engine, job())
         [leased] = await reserve(engine)
         request = pb.AckRequest(job_id=leased.id, attempt=2)
-        await expect_error(engine.ack(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(
+            rpc_of(engine).ack(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch"
+        )
 
 
 async def test_job_id_hex_is_case_insensitive() -> None:
     async with running() as engine:
         await enqueue(engine, job())
         [leased] = await reserve(engine)
-        response = await engine.ack(pb.AckRequest(job_id=leased.id.upper(), attempt=1))
+        response = await rpc_of(engine).ack(pb.AckRequest(job_id=leased.id.upper(), attempt=1))
         assert response.job_id == leased.id.upper()
 
 
@@ -188,7 +191,9 @@ async def test_lease_rpc_validation(method: str, fields: dict[str, Any], message
         base["lease_duration"] = td(1)
     async with running() as engine:
         request = request_type[method](**{**base, **fields})
-        await expect_error(getattr(engine, method)(request), StatusCode.INVALID_ARGUMENT, message)
+        await expect_error(
+            getattr(rpc_of(engine), method)(request), StatusCode.INVALID_ARGUMENT, message
+        )
 
 
 @pytest.mark.parametrize(
@@ -203,7 +208,7 @@ async def test_nack_retry_validation(retry: Any, message: str) -> None:
         request = pb.NackRequest(
             job_id="00000000-0000-4000-8000-000000000000", attempt=1, retry=retry
         )
-        await expect_error(engine.nack(request), StatusCode.INVALID_ARGUMENT, message)
+        await expect_error(rpc_of(engine).nack(request), StatusCode.INVALID_ARGUMENT, message)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +220,7 @@ async def test_extend_lease_validation(lease: Any, message: str) -> None:
         request = pb.ExtendRequest(
             job_id="00000000-0000-4000-8000-000000000000", attempt=1, lease_duration=lease
         )
-        await expect_error(engine.extend(request), StatusCode.INVALID_ARGUMENT, message)
+        await expect_error(rpc_of(engine).extend(request), StatusCode.INVALID_ARGUMENT, message)
 
 
 # ---------------------------------------------------------------- nack
@@ -307,7 +312,9 @@ async def test_nack_not_inflight_and_attempt_mismatch() -> None:
         await enqueue(engine, job())
         [leased] = await reserve(engine)
         bad = pb.NackRequest(job_id=leased.id, attempt=3, retry=pb.NackRetry(dead_letter=Empty()))
-        await expect_error(engine.nack(bad), StatusCode.FAILED_PRECONDITION, "attempt mismatch")
+        await expect_error(
+            rpc_of(engine).nack(bad), StatusCode.FAILED_PRECONDITION, "attempt mismatch"
+        )
         await nack(engine, leased)
         await expect_error(nack(engine, leased), StatusCode.NOT_FOUND, "job not found")
 
@@ -409,11 +416,11 @@ async def test_extend_not_found_and_attempt_mismatch() -> None:
     async with running() as engine:
         [job_id] = await enqueue(engine, job())
         request = pb.ExtendRequest(job_id=job_id, attempt=1, lease_duration=td(1))
-        await expect_error(engine.extend(request), StatusCode.NOT_FOUND, "job not found")
+        await expect_error(rpc_of(engine).extend(request), StatusCode.NOT_FOUND, "job not found")
         await reserve(engine)
         request = pb.ExtendRequest(job_id=job_id, attempt=5, lease_duration=td(1))
         await expect_error(
-            engine.extend(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch"
+            rpc_of(engine).extend(request), StatusCode.FAILED_PRECONDITION, "attempt mismatch"
         )
 
 

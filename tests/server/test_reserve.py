@@ -20,6 +20,7 @@ from sepp_anyio.server import (
     ServerConfig,
     ServerSection,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import T0, GatedStore, enqueue, job, nack, reserve, running, td, ts
 
@@ -304,7 +305,7 @@ async def test_reserve_validation_errors(request_fields: dict[str, Any], message
     fields: dict[str, Any] = {"queues": ["q"], "lease_duration": td(30), **request_fields}
     async with running() as engine:
         with pytest.raises(EngineError) as info:
-            await engine.reserve(pb.ReserveRequest(**fields))
+            await rpc_of(engine).reserve(pb.ReserveRequest(**fields))
     assert (info.value.status, info.value.message) == (StatusCode.INVALID_ARGUMENT, message)
 
 

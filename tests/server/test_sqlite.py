@@ -24,6 +24,7 @@ from sepp_anyio.server import (
     SqliteStore,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import T0, enqueue, job, nack, reserve, running, ts
 
@@ -106,7 +107,7 @@ async def test_restart_recovers_everything(tmp_path: Path) -> None:
         assert snap is not None and snap.attempt == 2
         [record] = engine.dead_letters()
         assert (record.job.id, record.last_reason, record.job.payload_data) == (dead, "no", b"{}")
-        results = await engine.enqueue_batch(
+        results = await rpc_of(engine).enqueue_batch(
             pb.EnqueueBatchRequest(jobs=[job(idempotency_key="key")])
         )
         assert results.results[0].success == pb.EnqueueResponse(job_id=inflight, deduplicated=True)

@@ -41,6 +41,7 @@ from sepp_anyio.server import (
     ServerConfig,
     StorageConfig,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 
 from ._helpers import T0, td, ts
 
@@ -162,7 +163,9 @@ class EngineMachine(RuleBasedStateMachine):
             )
             for queue, priority, key, offset, attempts in specs
         ]
-        response = self.call(self.engine.enqueue_batch, pb.EnqueueBatchRequest(jobs=requests))
+        response = self.call(
+            rpc_of(self.engine).enqueue_batch, pb.EnqueueBatchRequest(jobs=requests)
+        )
         for (queue, priority, key, offset, attempts), result in zip(
             specs, response.results, strict=True
         ):
@@ -204,7 +207,7 @@ class EngineMachine(RuleBasedStateMachine):
         request = pb.ReserveRequest(
             queues=queues, lease_duration=td(lease_ms / 1000), max_jobs=max_jobs
         )
-        response = self.call(self.engine.reserve, request)
+        response = self.call(rpc_of(self.engine).reserve, request)
         assert [j.id for j in response.jobs] == [m.id for m in expected]
         for job, model in zip(response.jobs, expected, strict=True):
             assert (job.attempt, job.queue, job.priority) == (
@@ -223,9 +226,9 @@ class EngineMachine(RuleBasedStateMachine):
         request = pb.AckRequest(job_id=job_id, attempt=attempt)
         outcome = self.lease_outcome(job_id, attempt)
         if isinstance(outcome, StatusCode):
-            self.expect_status(self.engine.ack, request, outcome)
+            self.expect_status(rpc_of(self.engine).ack, request, outcome)
             return
-        assert self.call(self.engine.ack, request).job_id == job_id
+        assert self.call(rpc_of(self.engine).ack, request).job_id == job_id
         outcome.state = "acked"
 
     @precondition(lambda self: self.leases)
@@ -243,9 +246,9 @@ class EngineMachine(RuleBasedStateMachine):
         request = pb.NackRequest(job_id=job_id, attempt=attempt, retry=retry, reason="r")
         outcome = self.lease_outcome(job_id, attempt)
         if isinstance(outcome, StatusCode):
-            self.expect_status(self.engine.nack, request, outcome)
+            self.expect_status(rpc_of(self.engine).nack, request, outcome)
             return
-        response = self.call(self.engine.nack, request)
+        response = self.call(rpc_of(self.engine).nack, request)
         if strategy == "dead":
             outcome.dead("REJECTED", self.now, next(self.failures))
         elif outcome.attempt >= outcome.max_attempts:
@@ -266,9 +269,9 @@ class EngineMachine(RuleBasedStateMachine):
         )
         outcome = self.lease_outcome(job_id, attempt)
         if isinstance(outcome, StatusCode):
-            self.expect_status(self.engine.extend, request, outcome)
+            self.expect_status(rpc_of(self.engine).extend, request, outcome)
             return
-        response = self.call(self.engine.extend, request)
+        response = self.call(rpc_of(self.engine).extend, request)
         outcome.lease = self.now + lease_ms
         assert response.lease_expires_at == ts(outcome.lease)
 
@@ -297,7 +300,7 @@ class EngineMachine(RuleBasedStateMachine):
             key=lambda j: (j.failed_at, j.failure_seq),
         )[:max_records]
         request = pb.DrainDeadLettersRequest(queue=queue, max=max_records)
-        records = self.call(self.engine.drain_dead_letters, request).records
+        records = self.call(rpc_of(self.engine).drain_dead_letters, request).records
         assert [(r.job.id, r.cause, r.final_attempt) for r in records] == [
             (j.id, CAUSES[j.cause], j.attempt) for j in expected
         ]

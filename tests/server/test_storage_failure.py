@@ -34,11 +34,13 @@ import pytest
 import trio.testing
 
 from sepp_anyio import StatusCode
+from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Engine, EngineError, ManualClock, MemoryStore, SqliteStore, Store
 from sepp_anyio.server._engine._committer import (
     STORAGE_RETRY_INITIAL_DELAY,
     STORAGE_RETRY_MAX_DELAY,
 )
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.server._store._records import PutJob, StoreContents, Write
 from tests.worker._vtime import VirtualTimeLoop
 
@@ -228,7 +230,9 @@ async def test_a_failed_commit_is_held_retried_and_recovers_without_loss(
             await expect_refused(lambda: reserve(engine), storage)
             await expect_refused(lambda: ack(engine, second), storage)
             await expect_refused(lambda: drain(engine), storage)
-            assert (await engine.get_server_info()).supported_protocol_versions == ["v1"]
+            assert (
+                await rpc_of(engine).get_server_info(pb.GetServerInfoRequest())
+            ).supported_protocol_versions == ["v1"]
             # Retried, and never answered while failing.
             await store.wait_failures(5)
             assert not answered.is_set() and failing(engine)

@@ -21,6 +21,7 @@ from hyperframe.frame import Frame, HeadersFrame
 from sepp_anyio._http2 import Limits
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio.server import Engine
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.server._network._netlimits import NetworkLimits
 from sepp_anyio.server._network._served import ServedConnection
 from sepp_anyio.server._network._service import MessageCodec, QueueService
@@ -95,7 +96,7 @@ async def test_slow_reader_is_not_cut_by_the_write_timeout() -> None:
         queue=queue, job_type="t", payload=pb.Payload(data=b"x" * PAYLOAD_BYTES, encoding="b")
     )
     async with Engine() as engine, anyio.create_task_group() as tg:
-        await engine.enqueue_batch(pb.EnqueueBatchRequest(jobs=[job] * calls))
+        await rpc_of(engine).enqueue_batch(pb.EnqueueBatchRequest(jobs=[job] * calls))
         link = SlowLink()
         connection = ServedConnection(
             link,

@@ -674,23 +674,36 @@ class _GrpclibServer(grpclib.server.Server):
             self._server.close()
 
 
-class _GrpclibService(pb.QueueServiceBase):  # type: ignore[misc]
-    """The generated base, with every RPC routed to one stream-level handler (the generated
-    per-method handlers do not see the stream, hence neither metadata nor deadline)."""
+#: Every RPC of ``sepp.v1.QueueService``: its method name, request type and reply type.
+QUEUE_SERVICE_RPCS: tuple[tuple[str, type[Any], type[Any]], ...] = (
+    ("EnqueueBatch", pb.EnqueueBatchRequest, pb.EnqueueBatchResponse),
+    ("EnqueueAtomic", pb.EnqueueBatchRequest, pb.EnqueueAtomicResponse),
+    ("Reserve", pb.ReserveRequest, pb.ReserveResponse),
+    ("Ack", pb.AckRequest, pb.AckResponse),
+    ("Nack", pb.NackRequest, pb.NackResponse),
+    ("Extend", pb.ExtendRequest, pb.ExtendResponse),
+    ("DrainDeadLetters", pb.DrainDeadLettersRequest, pb.DrainDeadLettersResponse),
+    ("GetServerInfo", pb.GetServerInfoRequest, pb.GetServerInfoResponse),
+)
+
+
+class _GrpclibService:
+    """``sepp.v1.QueueService`` for grpclib (its ``__mapping__`` protocol, written here: the
+    generated code has no server side), every RPC routed to one stream-level handler, which
+    sees the stream's metadata and deadline."""
 
     def __init__(self, owner: GrpclibTestServer) -> None:
         self._owner = owner
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         mapping: dict[str, grpclib.const.Handler] = {}
-        for path, handler in super().__mapping__().items():
-            method = path.rsplit("/", 1)[1]
+        for method, request_type, reply_type in QUEUE_SERVICE_RPCS:
 
             async def func(stream: grpclib.server.Stream[Any, Any], _method: str = method) -> None:
                 await self._owner._handle(_method, stream)
 
-            mapping[path] = grpclib.const.Handler(
-                func, handler.cardinality, handler.request_type, handler.reply_type
+            mapping[f"/sepp.v1.QueueService/{method}"] = grpclib.const.Handler(
+                func, grpclib.const.Cardinality.UNARY_UNARY, request_type, reply_type
             )
         return mapping
 

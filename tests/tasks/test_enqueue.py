@@ -21,6 +21,7 @@ from sepp_anyio import (
 )
 from sepp_anyio._tasks._task import Task
 from sepp_anyio.server import DeadLetterCause
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.testing import open_in_memory_client
 from tests.worker._helpers import EngineSpy, running
 from tests.worker._vtime import VirtualTimeLoop
@@ -102,13 +103,13 @@ async def test_an_invalid_value_sends_nothing() -> None:
     bad = PWelcome.model_construct(user="x", when=WHEN, tags=[], address=PAddress(city="Bern"))
     async with open_in_memory_client() as (client, engine):
         enqueued: list[Any] = []
-        real = engine.enqueue_batch
+        real = rpc_of(engine).enqueue_batch
 
         async def spy(request: Any) -> Any:
             enqueued.append(request)
             return await real(request)
 
-        engine.enqueue_batch = spy  # type: ignore[method-assign]
+        rpc_of(engine).enqueue_batch = spy
         with pytest.raises(ValueError, match=r"^Task 'emails/send_welcome': field 'user': "):
             await send_welcome.enqueue(client, bad)
         assert enqueued == []

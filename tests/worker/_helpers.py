@@ -17,6 +17,7 @@ import pytest
 
 from sepp_anyio import Client, EnqueueRequest, JobCtx, Payload, StatusCode, Worker
 from sepp_anyio.server import Engine, EngineError
+from sepp_anyio.server._engine._engine import rpc_of
 
 __all__ = [
     "Call",
@@ -70,8 +71,9 @@ class EngineSpy:
         #: Per method: seconds the next calls take before reaching the engine (popped in
         #: order; ``math.inf`` never answers).
         self.stall: dict[str, list[float]] = {m: [] for m in METHODS}
+        rpc = rpc_of(engine)
         for method in METHODS:
-            setattr(engine, method, self._wrap(method, getattr(engine, method)))
+            setattr(rpc, method, self._wrap(method, getattr(rpc, method)))
 
     def _wrap(self, method: str, real: Callable[[Any], Awaitable[Any]]) -> Any:
         async def spy(request: Any) -> Any:

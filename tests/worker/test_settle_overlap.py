@@ -17,6 +17,7 @@ import pytest
 
 from sepp_anyio import HandlerError, JobCtx, Lane, Outcome, Payload, Worker
 from sepp_anyio.server import Engine
+from sepp_anyio.server._engine._engine import rpc_of
 from sepp_anyio.testing import open_in_memory_client
 
 from ._helpers import QUEUE, EngineSpy, Probe, enqueue
@@ -54,8 +55,9 @@ class Network:
         self.most: Counter[str] = Counter()
         self.leased = 0
         self.most_leased = 0
+        rpc = rpc_of(engine)
         for method in METHODS:
-            setattr(engine, method, self._wrap(method, getattr(engine, method)))
+            setattr(rpc, method, self._wrap(method, getattr(rpc, method)))
 
     def _wrap(self, method: str, real: Callable[[Any], Awaitable[Any]]) -> Any:
         async def call(request: Any) -> Any:

@@ -1,10 +1,12 @@
 """The sepp reference server's core: the engine (all server semantics) and its stores.
 
 >>> async with Engine(ServerConfig(), SqliteStore("sepp.sqlite3")) as engine:
-...     reply = await engine.enqueue_batch(request)
+...     async with NetworkServer(engine, port=50051):
+...         await anyio.sleep_forever()  # serves until cancelled
 
-The network server and the in-memory test channel both call the engine's
-per-RPC methods; authentication is theirs, everything else is here.
+The network server and the in-process channel of :mod:`sepp_anyio.testing` both
+serve an engine's calls; authentication is theirs, everything else is the
+engine's (its per-RPC handlers speak the wire's messages and are internal).
 
 On the network: :func:`serve` (runs until cancelled, asyncio only), :class:`NetworkServer`
 (serve a running engine inside ``async with``), :class:`ServerThread` (a server in a

@@ -26,11 +26,13 @@ from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._transport._stream import CallShape
 from .._wire._codec import decode, encode
 from ..server import Engine, EngineError
+from ..server._engine._engine import rpc_of
 from ..server._network._auth import authenticate
 
 __all__ = ["MemoryChannel"]
 
 _SERVICE = "/sepp.v1.QueueService/"
+#: Method name -> the field of the engine's ``EngineRpc`` that serves it.
 _METHODS = {
     "EnqueueBatch": "enqueue_batch",
     "EnqueueAtomic": "enqueue_atomic",
@@ -64,6 +66,7 @@ class MemoryChannel:
 
     def __init__(self, engine: Engine, *, metadata: Metadata | None = None) -> None:
         self._engine = engine
+        self._rpc = rpc_of(engine)
         self._metadata = _pairs(metadata)
         self.calls = 0
 
@@ -110,8 +113,9 @@ class MemoryChannel:
                 header if isinstance(header, str) else None,
                 self._engine.config.auth.api_keys,
             )
-            method = getattr(self._engine, _METHODS[name[len(_SERVICE) :]])
-            return await method(request)
+            # Read on every call: a test that replaces a handler changes what is served.
+            handler = getattr(self._rpc, _METHODS[name[len(_SERVICE) :]])
+            return await handler(request)
         except EngineError as exc:
             raise GrpcError(exc.status, exc.message) from None
 

@@ -1,4 +1,4 @@
-"""Engine: every semantic of the sepp server, on anyio, behind one async method per RPC.
+"""Engine: every semantic of the sepp server, on anyio, behind one async handler per RPC.
 
 Theory of operation
 -------------------
@@ -10,7 +10,13 @@ Theory of operation
         timer task        sleeps until the earliest deadline (scheduled promotion, lease
                           expiry, dedup expiry, dead-letter retention), capped at
                           storage.sweep_interval_ms; woken early by an earlier deadline
-    RPC methods run in the *caller's* task (the network adapter's handler, or a test).
+    RPC handlers run in the *caller's* task (the network adapter's handler, or a test).
+
+The handlers take and return the generated ``sepp.v1`` messages, so they are not public:
+they are private methods of :class:`Engine`, and the two adapters that speak the wire (the
+network service and ``testing``'s in-process channel) reach them through :func:`rpc_of`,
+the engine's :class:`EngineRpc`.  The adapters read a handler from that object on every
+call, so a test that replaces a field of it (fault injection, a spy) changes what is served.
 
 An RPC validates, then mutates the in-memory ``QueueState`` synchronously (no await between
 reading and writing the state, so RPCs never interleave inside a mutation), submits the
@@ -37,8 +43,9 @@ import logging
 import math
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Self, final
 
 import anyio
@@ -120,6 +127,35 @@ def _invalid(problem: str | None) -> None:
         raise EngineError(StatusCode.INVALID_ARGUMENT, problem)
 
 
+@dataclass(slots=True)
+class EngineRpc:
+    """The per-RPC handlers of one engine (internal; get them with :func:`rpc_of`).
+
+    Each field starts as the engine's own handler of that RPC (its private method of the
+    same name, documented there: what it raises, what cancelling it leaves behind).  The
+    fields are writable on purpose: tests wrap or replace one to inject faults or record
+    calls, and the adapters look the handler up here on every call.
+    """
+
+    enqueue_batch: Callable[[pb.EnqueueBatchRequest], Awaitable[pb.EnqueueBatchResponse]]
+    enqueue_atomic: Callable[[pb.EnqueueBatchRequest], Awaitable[pb.EnqueueAtomicResponse]]
+    reserve: Callable[[pb.ReserveRequest], Awaitable[pb.ReserveResponse]]
+    ack: Callable[[pb.AckRequest], Awaitable[pb.AckResponse]]
+    nack: Callable[[pb.NackRequest], Awaitable[pb.NackResponse]]
+    extend: Callable[[pb.ExtendRequest], Awaitable[pb.ExtendResponse]]
+    drain_dead_letters: Callable[
+        [pb.DrainDeadLettersRequest], Awaitable[pb.DrainDeadLettersResponse]
+    ]
+    get_server_info: Callable[[pb.GetServerInfoRequest], Awaitable[pb.GetServerInfoResponse]]
+
+
+def rpc_of(engine: Engine) -> EngineRpc:
+    """``engine``'s RPC handlers (internal): what the network service and the in-process
+    channel call, one field per RPC of ``sepp.v1.QueueService``.  Always the same object
+    for one engine."""
+    return engine._rpc
+
+
 @final
 class Engine(anyio.AsyncContextManagerMixin):
     """The reference server's core.  Use as ``async with Engine(config, store, clock) as e:``.
@@ -135,12 +171,15 @@ class Engine(anyio.AsyncContextManagerMixin):
     timer right away).  Leaving shuts down (parked reserves return empty), commits what is
     queued, stops the timer and closes the store; later calls raise UNAVAILABLE.
 
-    RPC methods take and return the generated ``sepp.v1`` messages.  Whole-call failures raise
-    :class:`EngineError` with the protocol's status and message.  Cancelling an RPC while it
-    waits for its commit does not undo it: the change is made and committed anyway.
+    Calls reach it over the network (:class:`NetworkServer`) or in-process
+    (:func:`~sepp_anyio.testing.open_in_memory_client`, :class:`~sepp_anyio.testing.MemoryChannel`);
+    its per-RPC handlers, which speak the wire's messages, are internal.  Whole-call failures
+    are answered with the protocol's status and message (:class:`EngineError` inside the
+    server).  Cancelling an RPC while it waits for its commit does not undo it: the change is
+    made and committed anyway.
 
     Cancellation: an RPC changes the engine's state before its one wait (for the commit), so
-    a cancelled call loses only its reply (each method says what that means).  Cancelled
+    a cancelled call loses only its reply (each handler says what that means).  Cancelled
     while entering, the engine leaves the store closed.  Leaving because of a cancellation
     still shuts down and closes the store (shielded), but the commit task is cancelled with
     the rest: writes not yet committed may not be durable, and the calls waiting for them
@@ -174,6 +213,16 @@ class Engine(anyio.AsyncContextManagerMixin):
         self._activity = Activity()
         self._holders = LeaseHolders()
         self._started_ms: int | None = None
+        self._rpc = EngineRpc(
+            enqueue_batch=self._enqueue_batch,
+            enqueue_atomic=self._enqueue_atomic,
+            reserve=self._reserve,
+            ack=self._ack,
+            nack=self._nack,
+            extend=self._extend,
+            drain_dead_letters=self._drain_dead_letters,
+            get_server_info=self._get_server_info,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -441,7 +490,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         job_id = self._insert(job, limits, now, ch)
         return pb.JobResult(success=pb.EnqueueResponse(job_id=job_id, deduplicated=False))
 
-    async def enqueue_batch(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueBatchResponse:
+    async def _enqueue_batch(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueBatchResponse:
         """EnqueueBatch: best effort, one ``JobResult`` per job in request order.
 
         Each job is classified (§3.2, first failing check wins), then, in order: a closing
@@ -473,7 +522,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         await self._commit(ch)
         return pb.EnqueueBatchResponse(results=results)
 
-    async def enqueue_atomic(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueAtomicResponse:
+    async def _enqueue_atomic(self, request: pb.EnqueueBatchRequest) -> pb.EnqueueAtomicResponse:
         """EnqueueAtomic: all jobs or none.
 
         A ``BatchValidationFailure`` lists every failing index: first every job failing
@@ -483,9 +532,9 @@ class Engine(anyio.AsyncContextManagerMixin):
         dedup-checked and inserted in one transaction.
 
         Raises:
-            EngineError: as :meth:`enqueue_batch`.
+            EngineError: as :meth:`_enqueue_batch`.
 
-        Cancellation: as :meth:`enqueue_batch`: all the jobs are enqueued anyway (or, after
+        Cancellation: as :meth:`_enqueue_batch`: all the jobs are enqueued anyway (or, after
         a rejection, none); only the reply is lost.
         """
         self._begin()
@@ -543,7 +592,7 @@ class Engine(anyio.AsyncContextManagerMixin):
 
     # ------------------------------------------------------------------ reserve
 
-    async def reserve(self, request: pb.ReserveRequest) -> pb.ReserveResponse:
+    async def _reserve(self, request: pb.ReserveRequest) -> pb.ReserveResponse:
         """Reserve (long poll): lease up to ``max_jobs`` ready jobs from ``queues``.
 
         Queues are walked in request order, best job first.  Returns as soon as at least one
@@ -558,7 +607,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         Raises:
             EngineError: INVALID_ARGUMENT (validation, too many queues, a queue name too
                 long); FAILED_PRECONDITION for undeclared queues in strict mode; UNAVAILABLE and
-                INTERNAL as :meth:`enqueue_batch`.
+                INTERNAL as :meth:`_enqueue_batch`.
         """
         committer = self._begin()
         _invalid(reserve_problem(request))
@@ -648,13 +697,13 @@ class Engine(anyio.AsyncContextManagerMixin):
             raise EngineError(StatusCode.NOT_FOUND, "job not found")
         raise EngineError(StatusCode.FAILED_PRECONDITION, "attempt mismatch")
 
-    async def ack(self, request: pb.AckRequest) -> pb.AckResponse:
+    async def _ack(self, request: pb.AckRequest) -> pb.AckResponse:
         """Ack: delete the inflight job (its idempotency row stays until its deadline).
 
         Raises:
             EngineError: INVALID_ARGUMENT; NOT_FOUND "job not found" if the job is not
                 inflight; FAILED_PRECONDITION "attempt mismatch"; UNAVAILABLE and INTERNAL as
-                :meth:`enqueue_batch`.
+                :meth:`_enqueue_batch`.
 
         Cancellation: the job is deleted (and the deletion committed) anyway.
         """
@@ -667,7 +716,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         await self._commit(ch)
         return pb.AckResponse(job_id=request.job_id)
 
-    async def nack(self, request: pb.NackRequest) -> pb.NackResponse:
+    async def _nack(self, request: pb.NackRequest) -> pb.NackResponse:
         """Nack: dead-letter or requeue the inflight job.
 
         ``dead_letter`` strategy: dead letter with cause REJECTED.  Else on the last attempt
@@ -677,7 +726,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         ``dead_lettered`` is true on both dead-letter paths, even with retention disabled.
 
         Raises:
-            EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a retry without a
+            EngineError: as :meth:`_ack`, plus INVALID_ARGUMENT for a retry without a
                 strategy or with a negative delay.
 
         Cancellation: the job is requeued or dead-lettered anyway; only the reply (whether
@@ -710,12 +759,12 @@ class Engine(anyio.AsyncContextManagerMixin):
         await self._commit(ch)
         return pb.NackResponse(job_id=request.job_id, dead_lettered=dead_lettered)
 
-    async def extend(self, request: pb.ExtendRequest) -> pb.ExtendResponse:
+    async def _extend(self, request: pb.ExtendRequest) -> pb.ExtendResponse:
         """Extend: the lease now ends at *now* + the requested lease (floor 1 ms) clamped to
         the queue's ``max_lease_duration_ms``.  The attempt is unchanged.
 
         Raises:
-            EngineError: as :meth:`ack`, plus INVALID_ARGUMENT for a missing or
+            EngineError: as :meth:`_ack`, plus INVALID_ARGUMENT for a missing or
                 non-positive ``lease_duration``.
 
         Cancellation: the lease is extended anyway; only the new expiry is not reported.
@@ -733,7 +782,7 @@ class Engine(anyio.AsyncContextManagerMixin):
 
     # ------------------------------------------------------------------ dead letters, info
 
-    async def drain_dead_letters(
+    async def _drain_dead_letters(
         self, request: pb.DrainDeadLettersRequest
     ) -> pb.DrainDeadLettersResponse:
         """DrainDeadLetters: remove and return up to ``max`` records, oldest first.
@@ -744,7 +793,7 @@ class Engine(anyio.AsyncContextManagerMixin):
 
         Raises:
             EngineError: INVALID_ARGUMENT (empty queue, max 0); UNAVAILABLE and INTERNAL
-                as :meth:`enqueue_batch`.
+                as :meth:`_enqueue_batch`.
 
         Cancellation: the records are removed anyway and are lost with the reply (and the
         warning is not logged), so a drain whose records matter must not be cancelled.
@@ -766,7 +815,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         )
         return pb.DrainDeadLettersResponse(records=[dead_letter_to_pb(r) for r in records])
 
-    async def get_server_info(
+    async def _get_server_info(
         self, request: pb.GetServerInfoRequest | None = None
     ) -> pb.GetServerInfoResponse:
         """GetServerInfo: global limits (per-queue overrides are not advertised).

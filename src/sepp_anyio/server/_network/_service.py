@@ -6,7 +6,9 @@ over a running :class:`~sepp_anyio.server.Engine`.  A route's handler gets the c
 ``read_request``, ``send_message`` and ``send_trailing_metadata``.
 
 * :class:`QueueService` authenticates every call from its ``authorization`` metadata (protocol
-  §2), hands the decoded request to the engine method of the same RPC and sends the reply.
+  §2), hands the decoded request to the engine's handler of the same RPC (the field of
+  :func:`~sepp_anyio.server._engine._engine.rpc_of`'s object, read on every call) and sends
+  the reply.
   An :class:`~sepp_anyio.server.EngineError` becomes a status reply with the engine's status
   and message.  It counts the calls in progress, so the network server can drain them on
   shutdown.
@@ -39,7 +41,7 @@ from sepp_anyio._model._error_root import InvalidArgumentTypeError, StatusCode
 from sepp_anyio._proto.sepp import v1 as pb
 from sepp_anyio._wire._codec import decode, encode
 
-from .._engine._engine import Engine
+from .._engine._engine import Engine, EngineRpc, rpc_of
 from .._errors import EngineError
 from ._auth import authenticate
 
@@ -66,6 +68,7 @@ HEALTH_SERVICE: Final = "grpc.health.v1.Health"
 @dataclass(frozen=True, slots=True)
 class _Rpc:
     name: str
+    #: The field of :class:`EngineRpc` that serves it.
     method: str
     request_type: type[Any]
     reply_type: type[Any]
@@ -171,6 +174,7 @@ class QueueService:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._rpc: EngineRpc = rpc_of(engine)
         self._active = 0
         self._idle: anyio.Event | None = None
 
@@ -193,28 +197,18 @@ class QueueService:
         """Every RPC of the service by its ``:path``."""
         routes: dict[str, Route] = {}
         for rpc in _RPCS:
-            method: Callable[[Any], Awaitable[Any]] = getattr(self._engine, rpc.method)
 
-            async def handle(
-                call: ServerCall,
-                _rpc: _Rpc = rpc,
-                _method: Callable[[Any], Awaitable[Any]] = method,
-            ) -> None:
-                await self._call(call, _rpc, _method)
+            async def handle(call: ServerCall, _rpc: _Rpc = rpc) -> None:
+                await self._call(call, _rpc)
 
             routes[f"/{QUEUE_SERVICE}/{rpc.name}"] = Route(handle, rpc.reply_type)
         return routes
 
-    async def _call(
-        self,
-        call: ServerCall,
-        rpc: _Rpc,
-        method: Callable[[Any], Awaitable[Any]],
-    ) -> None:
+    async def _call(self, call: ServerCall, rpc: _Rpc) -> None:
         self._active += 1
         try:
             try:
-                reply = await self._serve(call, rpc, method)
+                reply = await self._serve(call, rpc)
             except GrpcError as exc:
                 await call.send_trailing_metadata(status=exc.code, status_message=exc.message)
                 return
@@ -226,12 +220,7 @@ class QueueService:
                 self._idle.set()
                 self._idle = None
 
-    async def _serve(
-        self,
-        call: ServerCall,
-        rpc: _Rpc,
-        method: Callable[[Any], Awaitable[Any]],
-    ) -> Any:
+    async def _serve(self, call: ServerCall, rpc: _Rpc) -> Any:
         header = call.metadata.get("authorization")
         try:
             # Before the body is read, like the real server's interceptor: an unauthenticated
@@ -240,7 +229,9 @@ class QueueService:
             request = await call.read_request(rpc.request_type)
             if request is None:
                 raise EngineError(StatusCode.INTERNAL, "missing request message")
-            return await method(request)
+            # Looked up now, not when the routes were built: a replaced field takes effect.
+            handler: Callable[[Any], Awaitable[Any]] = getattr(self._rpc, rpc.method)
+            return await handler(request)
         except EngineError as exc:
             raise GrpcError(exc.status, exc.message) from None
         except GrpcError:

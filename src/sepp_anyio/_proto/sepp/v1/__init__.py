@@ -42,7 +42,6 @@ __all__ = (
     "QueueClosing",
     "QueueFull",
     "QueueNameTooLong",
-    "QueueServiceBase",
     "QueueServiceStub",
     "ReserveRequest",
     "ReserveResponse",
@@ -56,13 +55,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import betterproto2
-import grpclib
 from betterproto2 import grpclib as betterproto2_grpclib
 
 from ...message_pool import default_message_pool
 
 if TYPE_CHECKING:
-    import grpclib.server
     from betterproto2.grpclib.grpclib_client import MetadataLike
     from grpclib.metadata import Deadline
 
@@ -958,156 +955,3 @@ class QueueServiceStub(betterproto2_grpclib.ServiceStub):
 
 
 from ...google import protobuf as __google__protobuf__
-
-
-class QueueServiceBase(betterproto2_grpclib.ServiceBase):
-    """
-    Every RPC is unary. Authentication, when the server has API keys, is the
-    `authorization: Bearer <key>` metadata on every call.
-    """
-
-    async def enqueue_batch(self, message: "EnqueueBatchRequest") -> "EnqueueBatchResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def enqueue_atomic(self, message: "EnqueueBatchRequest") -> "EnqueueAtomicResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def reserve(self, message: "ReserveRequest") -> "ReserveResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def ack(self, message: "AckRequest") -> "AckResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def nack(self, message: "NackRequest") -> "NackResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def extend(self, message: "ExtendRequest") -> "ExtendResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def drain_dead_letters(
-        self, message: "DrainDeadLettersRequest"
-    ) -> "DrainDeadLettersResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def get_server_info(self, message: "GetServerInfoRequest") -> "GetServerInfoResponse":
-
-        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
-
-    async def __rpc_enqueue_batch(
-        self, stream: "grpclib.server.Stream[EnqueueBatchRequest, EnqueueBatchResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.enqueue_batch(request)
-        await stream.send_message(response)
-
-    async def __rpc_enqueue_atomic(
-        self, stream: "grpclib.server.Stream[EnqueueBatchRequest, EnqueueAtomicResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.enqueue_atomic(request)
-        await stream.send_message(response)
-
-    async def __rpc_reserve(
-        self, stream: "grpclib.server.Stream[ReserveRequest, ReserveResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.reserve(request)
-        await stream.send_message(response)
-
-    async def __rpc_ack(self, stream: "grpclib.server.Stream[AckRequest, AckResponse]") -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.ack(request)
-        await stream.send_message(response)
-
-    async def __rpc_nack(self, stream: "grpclib.server.Stream[NackRequest, NackResponse]") -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.nack(request)
-        await stream.send_message(response)
-
-    async def __rpc_extend(
-        self, stream: "grpclib.server.Stream[ExtendRequest, ExtendResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.extend(request)
-        await stream.send_message(response)
-
-    async def __rpc_drain_dead_letters(
-        self, stream: "grpclib.server.Stream[DrainDeadLettersRequest, DrainDeadLettersResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.drain_dead_letters(request)
-        await stream.send_message(response)
-
-    async def __rpc_get_server_info(
-        self, stream: "grpclib.server.Stream[GetServerInfoRequest, GetServerInfoResponse]"
-    ) -> None:
-        request = await stream.recv_message()
-        assert request is not None
-        response = await self.get_server_info(request)
-        await stream.send_message(response)
-
-    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
-        return {
-            "/sepp.v1.QueueService/EnqueueBatch": grpclib.const.Handler(
-                self.__rpc_enqueue_batch,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                EnqueueBatchRequest,
-                EnqueueBatchResponse,
-            ),
-            "/sepp.v1.QueueService/EnqueueAtomic": grpclib.const.Handler(
-                self.__rpc_enqueue_atomic,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                EnqueueBatchRequest,
-                EnqueueAtomicResponse,
-            ),
-            "/sepp.v1.QueueService/Reserve": grpclib.const.Handler(
-                self.__rpc_reserve,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                ReserveRequest,
-                ReserveResponse,
-            ),
-            "/sepp.v1.QueueService/Ack": grpclib.const.Handler(
-                self.__rpc_ack,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                AckRequest,
-                AckResponse,
-            ),
-            "/sepp.v1.QueueService/Nack": grpclib.const.Handler(
-                self.__rpc_nack,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                NackRequest,
-                NackResponse,
-            ),
-            "/sepp.v1.QueueService/Extend": grpclib.const.Handler(
-                self.__rpc_extend,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                ExtendRequest,
-                ExtendResponse,
-            ),
-            "/sepp.v1.QueueService/DrainDeadLetters": grpclib.const.Handler(
-                self.__rpc_drain_dead_letters,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                DrainDeadLettersRequest,
-                DrainDeadLettersResponse,
-            ),
-            "/sepp.v1.QueueService/GetServerInfo": grpclib.const.Handler(
-                self.__rpc_get_server_info,
-                grpclib.const.Cardinality.UNARY_UNARY,
-                GetServerInfoRequest,
-                GetServerInfoResponse,
-            ),
-        }
