@@ -191,6 +191,8 @@ __all__ = [
 logger = logging.getLogger("sepp_anyio.worker")
 
 T = TypeVar("T")
+#: A typed task's result type.
+R = TypeVar("R")
 
 
 #: The lane name of the single reserve loop in health probes and metrics.
@@ -509,10 +511,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         return self
 
     def task(
-        self, task: Task[T]
+        self, task: Task[T, R]
     ) -> Callable[
-        [Callable[[T, JobCtx[StateT]], Awaitable[None] | None]],
-        Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+        [Callable[[T, JobCtx[StateT]], Awaitable[R] | R]],
+        Callable[[T, JobCtx[StateT]], Awaitable[R] | R],
     ]:
         """Decorator: handle ``task``'s job type with the decorated function, which is
         called as ``fn(value, ctx)`` with the payload decoded and validated as ``task``'s
@@ -523,7 +525,9 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         payload that is not JSON or does not validate is dead-lettered on that attempt,
         with a reason naming the field (no retry can help it), and counted in
         ``statistics().nacked_dead_letter``. The task's ``timeout`` wins over the worker's
-        ``job_timeout``.
+        ``job_timeout``. For a job that asks for its result (``reply_to``), what the
+        function returns is validated against the task's result type and sent to the reply
+        queue before the job is acked (a value that does not validate fails the attempt).
 
         Raises:
             DuplicateHandlerError: the job type already has a handler.
@@ -542,8 +546,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             )
 
         def register(
-            fn: Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
-        ) -> Callable[[T, JobCtx[StateT]], Awaitable[None] | None]:
+            fn: Callable[[T, JobCtx[StateT]], Awaitable[R] | R],
+        ) -> Callable[[T, JobCtx[StateT]], Awaitable[R] | R]:
             task.check_handler(fn)
             job_type = task.job_type
             if job_type in self._handlers:
