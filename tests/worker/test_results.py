@@ -31,7 +31,7 @@ from sepp_anyio import (
 from sepp_anyio.server import EngineError
 from sepp_anyio.testing import open_in_memory_client
 
-from ._helpers import EngineSpy, running
+from ._helpers import EngineSpy, running, unavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -411,3 +411,57 @@ def test_results_arguments_are_checked() -> None:
         Results(client, queue="a/b")
     with pytest.raises(sepp.InvalidArgumentTypeError, match=r"reply_to must be a sepp\.Results"):
         render.request(Spec(1), reply_to=3)  # type: ignore[arg-type]
+
+
+async def test_a_failed_reserve_of_the_results_is_retried_after_a_pause() -> None:
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        spy.fail("reserve", unavailable(), unavailable())
+        worker = Worker(client, ["reports"])
+
+        @worker.task(render)
+        async def handle(spec: Spec, ctx: JobCtx) -> Report:
+            return Report(spec.pages, "after the outage")
+
+        def reserves() -> list[Any]:
+            return [c for c in spy.of("reserve") if list(c.request.queues) == [REPLIES]]
+
+        async with Results(client, queue=REPLIES) as results:
+            await spy.wait_until(lambda: len(reserves()) >= 3)
+            first, second, third = reserves()[:3]
+            assert first.error is not None and second.error is not None
+            # Paused 0.5 s, then twice that.
+            assert second.at - first.at == pytest.approx(0.5)
+            assert third.at - second.at == pytest.approx(1.0)
+            async with running(worker):
+                handle_ = await render.enqueue(client, Spec(5), reply_to=results)
+                assert await handle_.result(timeout=120) == Report(5, "after the outage")
+
+
+async def test_an_undeclared_reply_queue_ends_the_block_with_the_error() -> None:
+    async with open_in_memory_client(
+        server={"strict_queues": True}, queues=[{"name": "reports"}]
+    ) as (client, _):
+        with pytest.raises(ExceptionGroup) as info:
+            async with Results(client, queue="undeclared"):
+                await anyio.sleep_forever()
+    assert info.group_contains(sepp.UnknownQueuesError)
+
+
+async def test_two_handles_of_one_job_share_its_result_delivered_once() -> None:
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        async with Results(client, queue=REPLIES) as results:
+            first = results.handle(render, "job-1")
+            result = EnqueueRequest(
+                REPLIES,
+                "sepp.result",
+                payload=Payload.from_json({"ok": True, "value": {"pages": 1, "title": "t"}}),
+                custom={"sepp.correlation_id": "job-1"},
+            )
+            # Delivered twice (as when the Results' ack of it was lost).
+            await client.enqueue_batch([result, result])
+            await spy.wait_until(lambda: results.received == 2)
+            second = results.handle(render, "job-1")
+            assert await first.result() == await second.result() == Report(1, "t")
+            assert results.kept == 0

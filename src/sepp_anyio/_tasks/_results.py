@@ -27,7 +27,7 @@ import anyio.abc
 from .._model._checks import check_count, check_queue_name, check_seconds, check_str
 from .._model._enqueue import EnqueueAck
 from .._model._error_root import SeppError
-from .._model._errors import TransportError
+from .._model._errors import ClientError
 from .._model._job import Job
 from .._model._results import (
     CORRELATION_ID,
@@ -185,10 +185,13 @@ class Results(anyio.AsyncContextManagerMixin):
         lease: the lease of each reserved result, in seconds.
         wait: how long each reserve waits on the server, in seconds.
 
+    A reserve that fails with a :class:`ClientError` (the server unreachable, overloaded,
+    failing) is retried after a pause, from 0.5 s doubling to 30 s, and logged.
+
     Raises:
         InvalidArgumentError, InvalidArgumentTypeError: a bad argument (named).
-        ClientError: from the block, a failure of the reserve other than a transport one
-            (those are retried with a backoff), such as an undeclared queue in strict mode.
+        UnknownQueuesError: (from the block, in an exception group, cancelling its body)
+            ``queue`` is not declared on a strict server.
     """
 
     def __init__(
@@ -205,8 +208,8 @@ class Results(anyio.AsyncContextManagerMixin):
         self._keep = check_count(keep, "Results keep", minimum=0)
         self._lease = check_seconds(lease, "Results lease", minimum="millisecond")
         self._wait = check_seconds(wait, "Results wait")
-        # Handles not yet resolved, by job id: weak, so a dropped handle's result is kept
-        # for get() instead of landing in a slot nobody reads.
+        # The handles' slots by job id: weak, so a dropped handle's result is kept for get()
+        # instead of landing in a slot nobody reads.
         self._waiting: weakref.WeakValueDictionary[str, _Slot] = weakref.WeakValueDictionary()
         self._kept: OrderedDict[str, Arrival] = OrderedDict()
         self._dropped = 0
@@ -254,12 +257,10 @@ class Results(anyio.AsyncContextManagerMixin):
         check_str(job_id, "job_id")
         slot = self._waiting.get(job_id)
         if slot is None:
-            slot = _Slot()
+            slot = self._waiting[job_id] = _Slot()
             kept = self._kept.pop(job_id, None)
             if kept is not None:
                 slot.fill(kept)
-            else:
-                self._waiting[job_id] = slot
         return ResultHandle(self, task, job_id, slot, ack)
 
     def get(self, job_id: str) -> Result | None:
@@ -296,7 +297,7 @@ class Results(anyio.AsyncContextManagerMixin):
                 self._running = False
                 tg.cancel_scope.cancel()
                 for job_id, slot in list(self._waiting.items()):
-                    slot.fill(self.closed_error(job_id))
+                    slot.fill(self.closed_error(job_id))  # (a filled slot keeps its result)
                 self._waiting.clear()
 
     async def _serve(self) -> None:
@@ -307,7 +308,9 @@ class Results(anyio.AsyncContextManagerMixin):
                 jobs = await self._client.reserve(
                     [self._queue], lease=self._lease, wait=self._wait, max_jobs=100
                 )
-            except TransportError as exc:
+            except ClientError as exc:
+                # The server unreachable, overloaded or failing: retried, as a worker's
+                # reserve loop does. (An undeclared queue, a ReserveError, is not.)
                 logger.warning(
                     "reserving results from %r failed (%s); retrying in %gs",
                     self._queue,
@@ -352,7 +355,9 @@ class Results(anyio.AsyncContextManagerMixin):
                 )
 
     def _arrived(self, job_id: str, arrival: Arrival) -> None:
-        slot = self._waiting.pop(job_id, None)
+        # The slot stays while a handle holds it (weakly here): another handle of the job
+        # finds the result in it, and a result delivered twice (its ack lost) fills it once.
+        slot = self._waiting.get(job_id)
         if slot is not None:
             slot.fill(arrival)
             return
