@@ -74,9 +74,7 @@ def typed_call(
         run: Callable[[T, JobCtx[Any]], Awaitable[object]] = fn  # type: ignore[assignment]
 
         async def call(payload: Payload | None, ctx: JobCtx[Any]) -> None:
-            out = await run(decode(payload), ctx)
-            if REPLY_TO in ctx.custom:
-                set_result(ctx, task.encode_result(out))
+            _keep(task, ctx, await run(decode(payload), ctx))
 
         return call
 
