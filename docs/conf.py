@@ -45,10 +45,11 @@ nitpick_ignore_regex = [
         r"|sepp_anyio\.server\._store\._records\.DedupEntry",
     ),
     # Structural types and type variables of signatures (underscored: not public).
-    ("py:class", r"sepp_anyio\.(\w+\.)*_[A-Za-z]\w*"),
+    ("py:class", r"(sepp_anyio\.(\w+\.)*)?_[A-Za-z]\w*"),
     ("py:class", r"sepp_anyio\._worker\.(\w+\.)*H"),
-    # Type variables of the generic public classes (Task[T], Worker[StateT], Cron[T]).
-    ("py:(class|obj)", r"(sepp_anyio\.(\w+\.)*)?(T|StateT|StateT_co)"),
+    # Type variables of the generic public classes and methods (Task[T, R], Worker[StateT],
+    # Cron[T], ResultHandle[R], JobCtx.enqueue's ValueT).
+    ("py:(class|obj)", r"(sepp_anyio\.(\w+\.)*)?(T|R|ValueT|StateT|StateT_co)"),
     # Protocols, records and registries that public signatures name; their docstrings say
     # in words what is expected or returned (a worker-like source of health, a task-like
     # object, (field, message) pairs, the Prometheus families).

@@ -90,11 +90,17 @@ from ._model._rejections import QueueNameTooLong as QueueNameTooLong
 from ._model._rejections import ScheduledTooFar as ScheduledTooFar
 from ._model._rejections import UnknownQueue as UnknownQueue
 from ._model._rejections import UnknownRejection as UnknownRejection
+from ._model._results import InvalidResultError as InvalidResultError
+from ._model._results import JobFailedError as JobFailedError
+from ._model._results import Result as Result
+from ._model._results import ResultTimeoutError as ResultTimeoutError
 from ._model._retries import RetryDirective as RetryDirective
 from ._model._retries import RetryPolicy as RetryPolicy
 from ._model._server_info import ServerInfo as ServerInfo
 from ._model._trace import TraceContext as TraceContext
 from ._model._trace import TraceContextError as TraceContextError
+from ._tasks._results import ResultHandle as ResultHandle
+from ._tasks._results import Results as Results
 from ._tasks._task import Task as Task
 from ._tasks._task import TaskPayloadError as TaskPayloadError
 from ._version import __version__ as __version__
@@ -138,9 +144,11 @@ __all__ = [
     "InvalidArgumentTypeError",
     "InvalidRequest",
     "InvalidRequestError",
+    "InvalidResultError",
     "Job",
     "JobConversionError",
     "JobCtx",
+    "JobFailedError",
     "JobNotFoundError",
     "JobRejectedError",
     "JobRejection",
@@ -163,6 +171,10 @@ __all__ = [
     "RateLimit",
     "RequestTooLargeError",
     "ReserveError",
+    "Result",
+    "ResultHandle",
+    "ResultTimeoutError",
+    "Results",
     "RetryDirective",
     "RetryPolicy",
     "ScheduledTooFar",

@@ -1,6 +1,7 @@
 """The scripts in ``examples/`` run as a user would run them, against a reference server on
 loopback (``SEPP_ADDR``): the producer, both workers (stopped by a signal, exit 0), the
-dead-letter replay, the CLI worker on the example registry, and the example test suite."""
+dead-letter replay, results and follow-ups (on both backends), the CLI worker on the
+example registry, and the example test suite."""
 
 from __future__ import annotations
 
@@ -137,6 +138,27 @@ def test_dead_letter_replay(server: ServerProcess) -> None:
         "resize_photo": "shop",
     }
     assert "no dead letters" in _run("dead_letter_replay.py", server)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_results(server: ServerProcess, backend: str) -> None:
+    out = _run("results.py", server, backend)
+    assert out.splitlines() == [
+        "report 'annual': 3000 words",
+        "job failed: ValueError: 'empty' has no pages",
+        "results received: 2",
+    ]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_follow_ups(server: ServerProcess, backend: str) -> None:
+    out = _run("follow_ups.py", server, backend)
+    # The order's second attempt enqueues nothing new, and every step runs once.
+    assert out.splitlines() == [
+        "order 1001, attempt 1: 3 new follow-up(s)",
+        "order 1001, attempt 2: 0 new follow-up(s)",
+        "steps run: label, pack, ship",
+    ]
 
 
 # About 15 s alone (a pytest run in a subprocess, several servers), but 31-53 s was seen on

@@ -122,7 +122,7 @@ def test_every_library_raises_invalid_argument_errors(
 async def test_enqueue_of_an_invalid_value_raises_it_and_sends_nothing() -> None:
     async with open_in_memory_client() as (client, engine):
         with pytest.raises(InvalidArgumentError) as info:
-            await process_order.enqueue(client, {"order_id": "x"})  # type: ignore[arg-type]
+            await process_order.enqueue(client, {"order_id": "x"})  # type: ignore[call-overload]
         _assert_argument_error(
             info.value,
             "Task 'orders/process_order': field 'order_id': Input should be a valid integer",

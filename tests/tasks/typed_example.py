@@ -6,7 +6,9 @@ error code; every other line must pass. The project's own mypy run checks this f
 a copy without the ignores and compares the errors line by line.
 
 ``Worker.task`` registers the handlers; ``JobCtx[AppState]`` types ``ctx.state`` with the
-worker's lifespan value, and a bare ``JobCtx`` stays valid.
+worker's lifespan value, and a bare ``JobCtx`` stays valid. ``Task[In, Out]`` types a
+task's result: its handler must return ``Out`` and ``handle.result()`` returns it;
+``Task[In]`` is ``Task[In, None]``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ import msgspec
 import pydantic
 from typing_extensions import TypedDict
 
-from sepp_anyio import Client, EnqueueAck, EnqueueRequest, JobCtx, Outcome, Task, Worker
+from sepp_anyio import (
+    Client,
+    EnqueueAck,
+    EnqueueRequest,
+    JobCtx,
+    Outcome,
+    Result,
+    ResultHandle,
+    Results,
+    Task,
+    Worker,
+)
 
 
 @dataclasses.dataclass
@@ -59,6 +72,36 @@ maybe: Task[int | None] = Task("ops", "maybe", int | None)
 anything: Task[Any] = Task("ops", "anything", Any)
 
 
+class Report(pydantic.BaseModel):
+    pages: int
+
+
+render = Task("shop", "render", Refund, result=Report)
+typed_render: Task[Refund, Report] = render
+no_result: Task[Refund, None] = refund
+optional_result: Task[Refund, int | None] = Task("shop", "maybe_count", Refund, result=int | None)
+wrong_result: Task[Refund, Report] = refund  # type: ignore[assignment]
+
+
+async def await_results(client: Client) -> None:
+    async with Results(client, queue="results.web-1") as results:
+        handle: ResultHandle[Report] = await render.enqueue(
+            client, Refund(order=1), reply_to=results
+        )
+        report: Report = await handle.result(timeout=60)
+        pages: int = (await handle.result()).pages
+        nothing: ResultHandle[None] = await refund.enqueue(
+            client, Refund(order=2), reply_to=results
+        )
+        kept: Result | None = results.get(handle.job_id)
+        again: ResultHandle[Report] = results.handle(render, handle.job_id)
+        request: EnqueueRequest = render.request(Refund(order=3), reply_to="results.web-1")
+        print(report, pages, nothing, kept, again, request)
+        bad: Refund = await handle.result()  # type: ignore[assignment]
+        await handle.result(timeout="soon")  # type: ignore[arg-type]
+        print(bad)
+
+
 async def produce(client: Client) -> None:
     ack: EnqueueAck = await send_welcome.enqueue(
         client, Welcome(user=42), delay=10.0, idempotency_key="welcome-42"
@@ -73,13 +116,13 @@ async def produce(client: Client) -> None:
     await anything.enqueue(client, [1, "two"])
     print(ack.job_id)
 
-    await send_welcome.enqueue(client, 42)  # type: ignore[arg-type]
-    await send_welcome.enqueue(client, Refund(order=1))  # type: ignore[arg-type]
-    await ping.enqueue(client, {"n": "one"})  # type: ignore[typeddict-item]
+    await send_welcome.enqueue(client, 42)  # type: ignore[call-overload]
+    await send_welcome.enqueue(client, Refund(order=1))  # type: ignore[call-overload]
+    await ping.enqueue(client, {"n": "one"})  # type: ignore[call-overload]
     await counts.enqueue(client, {"a": "b"})  # type: ignore[dict-item]
-    await maybe.enqueue(client, "x")  # type: ignore[arg-type]
+    await maybe.enqueue(client, "x")  # type: ignore[call-overload]
     send_welcome.request(Welcome(user=1), priority="high")  # type: ignore[arg-type]
-    await send_welcome.enqueue(client)  # type: ignore[call-arg]
+    await send_welcome.enqueue(client)  # type: ignore[call-overload]
 
 
 def consume(ctx: JobCtx) -> None:
@@ -122,6 +165,21 @@ def register(client: Client) -> Worker[AppState]:
     @worker.task(send_welcome)  # type: ignore[arg-type]
     async def handle_other_state(job: Welcome, ctx: JobCtx[int]) -> None:
         print(ctx.state)
+
+    @worker.task(render)
+    async def handle_render(job: Refund, ctx: JobCtx) -> Report:
+        await ctx.enqueue(refund, Refund(order=job.order), key="refund")
+        await ctx.enqueue_atomic([refund.request(Refund(order=1), idempotency_key="a")])
+        await ctx.enqueue(refund, Welcome(user=1), key="x")  # type: ignore[misc]
+        return Report(pages=job.order)
+
+    @worker.task(render)
+    def handle_render_sync(job: Refund, ctx: JobCtx) -> Report:
+        return Report(pages=job.order)
+
+    @worker.task(render)  # type: ignore[arg-type]
+    async def handle_render_wrong(job: Refund, ctx: JobCtx) -> Welcome:
+        return Welcome(user=job.order)
 
     return worker
 

@@ -5,15 +5,18 @@ Part of the public data model (conventions in ``_model/__init__.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from ._checks import (
     check_seconds,
+    check_str,
 )
-from ._enqueue import CustomValue
+from ._enqueue import CustomValue, EnqueueAck, EnqueueRequest
+from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from ._payload import Payload
 from ._trace import TraceContext
 
@@ -29,7 +32,21 @@ else:
 
     StateT_co = TypeVar("StateT_co", covariant=True)
 
-__all__ = ["Job", "JobCtx", "attach_lease", "attach_state", "is_traced", "set_traced"]
+#: A follow-up's value type (what ``JobCtx.enqueue`` checks against the task's).
+ValueT = TypeVar("ValueT")
+
+__all__ = [
+    "Job",
+    "JobCtx",
+    "attach_enqueuer",
+    "attach_lease",
+    "attach_state",
+    "follow_up_key",
+    "is_traced",
+    "result_of",
+    "set_result",
+    "set_traced",
+]
 
 
 class _LeaseLike(Protocol):
@@ -46,6 +63,41 @@ class _LeaseLike(Protocol):
     async def extend(self, seconds: float) -> datetime:
         """Extend the lease to ``seconds`` from now; return the server's new expiry."""
         ...
+
+
+class _EnqueuerLike(Protocol):
+    """What :meth:`JobCtx.enqueue` sends through (internal): the worker attaches its
+    client (:func:`attach_enqueuer`)."""
+
+    async def enqueue(self, request: EnqueueRequest) -> EnqueueAck: ...
+
+    async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]: ...
+
+
+class _TaskLike(Protocol[ValueT]):
+    """What :meth:`JobCtx.enqueue` needs of a ``sepp.Task`` (this tier cannot name it).
+
+    ``decode`` is not called: it makes the value type invariant, so that a value of the
+    wrong type is reported as such (a contravariant one would only fail inference).
+    """
+
+    def decode(self, payload: Payload | None) -> ValueT: ...
+
+    def request(
+        self,
+        value: ValueT,
+        *,
+        delay: float | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        trace_context: TraceContext | None = None,
+    ) -> EnqueueRequest: ...
+
+
+def follow_up_key(job_id: str, key: str) -> str:
+    """The idempotency key of the follow-up ``key`` of job ``job_id``: the same for every
+    delivery of the job, so a redelivery cannot enqueue a second child."""
+    return f"follow-up:{job_id}:{key}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -85,6 +137,10 @@ class JobCtx(Generic[StateT_co]):
     # Whether the job's spans are made (its process span, ack, nack, extensions): decided
     # once by the reserve that brought it (``_otel.tracing``); None asks at each span.
     _traced: bool | None = field(default=None, repr=False, compare=False)
+    # What follow-ups are enqueued through (the worker's client), set by the worker.
+    _enqueuer: _EnqueuerLike | None = field(default=None, repr=False, compare=False)
+    # The handler's result, encoded, for a job that asks for one (set by a typed task).
+    _result: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> StateT_co:
@@ -125,6 +181,107 @@ class JobCtx(Generic[StateT_co]):
         self.lease_expires_at = expiry
         return expiry
 
+    async def enqueue(
+        self,
+        task: _TaskLike[ValueT],
+        value: ValueT,
+        *,
+        key: str,
+        delay: float | None = None,
+        priority: int | None = None,
+    ) -> EnqueueAck:
+        """Enqueue a follow-up job of ``task`` from inside this job's handler.
+
+        Its idempotency key is derived from this job's id and ``key``
+        (``follow-up:<job id>:<key>``), so every delivery of this job enqueues the same
+        child: a redelivery (a crash after this call, a lost lease) finds the first one
+        (``ack.deduplicated``) within the child queue's deduplication window. Give each
+        follow-up of a job its own ``key``. The child's trace context continues this job's
+        span (its process span when tracing, else the trace context this job carries).
+
+        Cancellation: as for :meth:`Client.enqueue`, the child may or may not have been
+        enqueued; doing it again (or a redelivery doing it) is safe.
+
+        Args:
+            task: a ``sepp.Task``; ``value`` is validated against its type.
+            key: non-empty; names this follow-up among the job's.
+            delay, priority: as for ``task.request``.
+
+        Raises:
+            InvalidArgumentError: an empty ``key``, or ``value`` does not validate.
+            RuntimeError: the context did not come through a worker.
+            JobRejectedError, ClientError: as for :meth:`Client.enqueue`.
+        """
+        enqueuer = self._follow_up_enqueuer()
+        request = task.request(
+            value,
+            delay=delay,
+            priority=priority,
+            idempotency_key=follow_up_key(self.id, check_str(key, "key")),
+            trace_context=self._child_trace(),
+        )
+        return await enqueuer.enqueue(request)
+
+    async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueue a fan-out of follow-up jobs, all or none, in one ``EnqueueAtomic``.
+
+        Each request's ``idempotency_key`` is its key among this job's follow-ups (as
+        ``key`` is for :meth:`enqueue`; required, and unique within the list): it is
+        replaced by the key derived from this job's id, so a redelivery of this job
+        enqueues none of them twice. Build them with ``task.request(value,
+        idempotency_key="part-1")``. A request without a trace context gets this job's
+        (as for :meth:`enqueue`).
+
+        Cancellation: as for :meth:`Client.enqueue_atomic`.
+
+        Raises:
+            InvalidArgumentError: a request without an ``idempotency_key``, or two with the
+                same one (the message names the index).
+            InvalidArgumentTypeError: an item that is not an :class:`EnqueueRequest`.
+            RuntimeError: the context did not come through a worker.
+            BatchValidationError, ClientError: as for :meth:`Client.enqueue_atomic`.
+        """
+        enqueuer = self._follow_up_enqueuer()
+        trace = self._child_trace()
+        children: list[EnqueueRequest] = []
+        seen: set[str] = set()
+        for index, request in enumerate(requests):
+            if not isinstance(request, EnqueueRequest):
+                raise InvalidArgumentTypeError(
+                    f"requests[{index}] must be an EnqueueRequest, got {type(request).__name__}"
+                )
+            key = request.idempotency_key
+            if key is None:
+                raise InvalidArgumentError(
+                    f"requests[{index}] has no idempotency_key: a follow-up needs one, its key "
+                    "among this job's follow-ups (task.request(value, idempotency_key=...))"
+                )
+            if key in seen:
+                raise InvalidArgumentError(
+                    f"requests[{index}] repeats the idempotency_key {key!r}: each follow-up "
+                    "of a job needs its own"
+                )
+            seen.add(key)
+            child = copy.copy(request)  # validated when made: not again
+            object.__setattr__(child, "idempotency_key", follow_up_key(self.id, key))
+            if child.trace_context is None and trace is not None:
+                object.__setattr__(child, "trace_context", trace)
+            children.append(child)
+        return await enqueuer.enqueue_atomic(children)
+
+    def _follow_up_enqueuer(self) -> _EnqueuerLike:
+        enqueuer = self._enqueuer
+        if enqueuer is None:
+            raise RuntimeError(
+                f"JobCtx for job {self.id!r} has no client attached; only the contexts a "
+                "Worker gives its handlers can enqueue follow-ups"
+            )
+        return enqueuer
+
+    def _child_trace(self) -> TraceContext | None:
+        """The current span (the job's process span when tracing), else the job's own."""
+        return TraceContext.from_current() or self.trace_context
+
     def __str__(self) -> str:
         return (
             f"JobCtx(id={self.id}, job_type={self.job_type}, "
@@ -147,6 +304,22 @@ def attach_state(ctx: JobCtx[Any], state: Any) -> None:
     """Set what :attr:`JobCtx.state` returns (the worker does: its lifespan's value, before
     the handler runs)."""
     ctx._state = state
+
+
+def attach_enqueuer(ctx: JobCtx[Any], enqueuer: _EnqueuerLike) -> None:
+    """Give ``ctx`` what :meth:`JobCtx.enqueue` sends follow-ups through (the worker
+    does: its client, before the handler runs)."""
+    ctx._enqueuer = enqueuer
+
+
+def set_result(ctx: JobCtx[Any], data: bytes) -> None:
+    """Record the handler's result, encoded as JSON (a typed task does, as it returns)."""
+    ctx._result = data
+
+
+def result_of(ctx: JobCtx[Any]) -> bytes | None:
+    """The handler's result as :func:`set_result` recorded it (None: none recorded)."""
+    return ctx._result
 
 
 def set_traced(ctx: JobCtx[Any], traced: bool | None) -> None:

@@ -14,17 +14,19 @@ travels as compact UTF-8 JSON labelled ``application/json``, the same bytes
 (no pickle). Which library checks the value, and how strictly, is described in ``_typed``.
 
 This module imports neither the worker nor the client (``Client`` is only named in
-annotations), so a module of task declarations can be shared by producers and workers.
+annotations), nor anyio (``Results`` is imported where a result is asked for), so a module
+of task declarations can be shared by producers and workers.
 """
 
 from __future__ import annotations
 
 import builtins
 import inspect
+import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, Generic, final, overload
 
 from .._model._checks import (
     MAX_PRIORITY,
@@ -38,12 +40,25 @@ from .._model._enqueue import CustomValue, EnqueueAck, EnqueueRequest
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import HandlerError
 from .._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
+from .._model._results import REPLY_TO, InvalidResultError
 from .._model._retries import RetryDirective
 from .._model._trace import TraceContext
 from ._typed import Invalid, Problem, TypeCodec, codec_for
 
 if TYPE_CHECKING:
+    # PEP 696 defaults (typing has them from 3.13 only): ``Task[X]`` means
+    # ``Task[X, None]`` to a type checker; at run time ``Task.__class_getitem__`` pads it.
+    from typing_extensions import TypeVar
+
     from .._client import Client
+    from ._results import ResultHandle, Results
+
+    #: The type of a task's result (``result=``); None when it declares none.
+    R = TypeVar("R", default=None)
+else:
+    from typing import TypeVar
+
+    R = TypeVar("R")
 
 __all__ = ["Task", "TaskPayloadError"]
 
@@ -137,6 +152,19 @@ def _signature_problem(signature: inspect.Signature) -> tuple[str, str] | None:
     return None
 
 
+def _reply_queue(reply_to: object) -> str:
+    """The queue a ``reply_to`` option names (checked as a queue name)."""
+    from ._results import Results  # loads anyio: only when results are asked for
+
+    if isinstance(reply_to, Results):
+        return reply_to.queue
+    if isinstance(reply_to, str):
+        return check_queue_name(reply_to, "reply_to")
+    raise InvalidArgumentTypeError(
+        f"reply_to must be a sepp.Results or a queue name, got {type(reply_to).__name__}"
+    )
+
+
 def _describe(exc: Invalid) -> str:
     parts = [f"field {p.field!r}: {p.message}" if p.field else p.message for p in exc.problems]
     text = "; ".join(parts)
@@ -146,8 +174,15 @@ def _describe(exc: Invalid) -> str:
 
 
 @final
-class Task(Generic[T]):
-    """A job type whose payload is a value of type ``T``, checked on both sides.
+class Task(Generic[T, R]):
+    """A job type whose payload is a value of type ``T``, checked on both sides; with
+    ``result=``, also the type ``R`` of the value its handler returns.
+
+    ``Task(queue, job_type, Spec, result=Report)`` is a ``Task[Spec, Report]``; without
+    ``result`` it is a ``Task[Spec]`` (``Task[Spec, None]``), whose handlers return
+    nothing that is kept. The result is validated against ``R`` as the handler returns it
+    (a value that does not validate fails the attempt) and as it arrives at the producer
+    (see :class:`Results`).
 
     Args:
         queue: the queue it is enqueued to (the server's queue-name rules apply).
@@ -160,6 +195,9 @@ class Task(Generic[T]):
         max_attempts: at least 1, the default of every enqueue; None: the queue's default.
         timeout: this task's handler timeout in seconds (it wins over the worker's
             ``job_timeout``); None: the worker's.
+        result: the annotation of the handler's return value (the same kinds as
+            ``type``); None: the task has no result type (a producer awaiting one gets
+            None).
 
     Raises:
         InvalidArgumentTypeError: (a ``TypeError``) an argument of the wrong type; an
@@ -171,11 +209,29 @@ class Task(Generic[T]):
             (the message names the ``sepp-anyio[pydantic]`` and ``[msgspec]`` extras).
     """
 
-    __slots__ = ("_codec", "_job_type", "_max_attempts", "_priority", "_queue", "_timeout", "_type")
+    __slots__ = (
+        "_codec",
+        "_job_type",
+        "_max_attempts",
+        "_priority",
+        "_queue",
+        "_result_codec",
+        "_result_type",
+        "_timeout",
+        "_type",
+    )
+
+    if not TYPE_CHECKING:
+        # ``Task[X]`` stays valid at run time, as the type checker reads it (the PEP 696
+        # default of R): typing's Generic on Python < 3.13 wants both parameters.
+        def __class_getitem__(cls, params):
+            if not isinstance(params, tuple):
+                params = (params, None)
+            return super().__class_getitem__(params)
 
     @overload
     def __init__(
-        self,
+        self: Task[T, None],
         queue: str,
         job_type: str,
         type: builtins.type[T],
@@ -183,13 +239,27 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        result: None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Task[T, R],
+        queue: str,
+        job_type: str,
+        type: builtins.type[T],
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        result: builtins.type[R],
     ) -> None: ...
 
     @overload
     def __init__(
         # Unions, None, Literal and other special forms are not type[T]: mypy cannot infer
         # T from them (PEP 747's TypeForm will), so the variable's annotation supplies it.
-        self: Task[Any],
+        self: Task[Any, Any],
         queue: str,
         job_type: str,
         type: Any,
@@ -197,6 +267,7 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        result: Any = None,
     ) -> None: ...
 
     def __init__(
@@ -208,6 +279,7 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        result: Any = None,
     ) -> None:
         self._queue = check_queue_name(queue, "Task queue")
         self._job_type = check_str(job_type, "Task job_type")
@@ -225,8 +297,10 @@ class Task(Generic[T]):
             else check_seconds(timeout, "Task timeout", minimum="millisecond")
         )
         self._type: Any = type
+        self._result_type: Any = result
         try:
             self._codec: TypeCodec[T] = codec_for(type)
+            self._result_codec: TypeCodec[R] | None = None if result is None else codec_for(result)
         except TypeError as exc:
             raise InvalidArgumentTypeError(f"Task {self._label}: {exc}") from None
         except ImportError as exc:
@@ -275,6 +349,11 @@ class Task(Generic[T]):
         return self._timeout
 
     @property
+    def result_type(self) -> Any:
+        """The result's annotation, as given (None: the task declares no result)."""
+        return self._result_type
+
+    @property
     def library(self) -> str:
         """What checks its values: ``"pydantic"``, ``"msgspec"`` or ``"json"`` (the
         built-in validator of plain JSON types)."""
@@ -310,13 +389,16 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        reply_to: Results | str | None = None,
     ) -> EnqueueRequest:
         """An :class:`EnqueueRequest` for ``value``, for ``enqueue_batch`` or
         ``enqueue_atomic``.
 
         The options are :class:`EnqueueRequest`'s; ``priority`` and ``max_attempts``
         default to the task's. ``trace_context`` None lets the client stamp the current
-        span's, as for any request.
+        span's, as for any request. ``reply_to`` (a :class:`Results` or its queue's name)
+        asks the worker to send the job's result there: it is stored in the custom field
+        ``sepp.reply_to``; wait for it with :meth:`Results.handle`.
 
         Raises:
             InvalidArgumentError: (a ``ValueError``) the value does not validate (see
@@ -324,6 +406,8 @@ class Task(Generic[T]):
                 raises it).
             InvalidArgumentTypeError: (a ``TypeError``) an option of the wrong type.
         """
+        if reply_to is not None:
+            custom = {**({} if custom is None else custom), REPLY_TO: _reply_queue(reply_to)}
         return EnqueueRequest(
             self._queue,
             self._job_type,
@@ -337,6 +421,7 @@ class Task(Generic[T]):
             delay=delay,
         )
 
+    @overload
     async def enqueue(
         self,
         client: Client,
@@ -349,8 +434,44 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
-    ) -> EnqueueAck:
+        reply_to: None = None,
+    ) -> EnqueueAck: ...
+
+    @overload
+    async def enqueue(
+        self,
+        client: Client,
+        value: T,
+        *,
+        delay: float | None = None,
+        scheduled_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        custom: Mapping[str, CustomValue] | None = None,
+        trace_context: TraceContext | None = None,
+        reply_to: Results,
+    ) -> ResultHandle[R]: ...
+
+    async def enqueue(
+        self,
+        client: Client,
+        value: T,
+        *,
+        delay: float | None = None,
+        scheduled_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        custom: Mapping[str, CustomValue] | None = None,
+        trace_context: TraceContext | None = None,
+        reply_to: Results | None = None,
+    ) -> EnqueueAck | ResultHandle[R]:
         """Validate ``value`` and enqueue it with ``client``; options as for :meth:`request`.
+
+        With ``reply_to`` (a running :class:`Results`), the worker sends the job's result
+        to that queue, and this returns a :class:`ResultHandle` to await it with
+        (``await handle.result(timeout=60)``); without, the server's :class:`EnqueueAck`.
 
         Nothing is sent when the value does not validate. Cancellation and retries behave
         as for :meth:`Client.enqueue`: a cancelled call may or may not have enqueued the
@@ -359,9 +480,19 @@ class Task(Generic[T]):
         Raises:
             InvalidArgumentError: (a ``ValueError``) the value does not validate (nothing
                 was sent), or a bad option.
+            InvalidArgumentTypeError: (a ``TypeError``) ``reply_to`` is not a
+                :class:`Results`.
             JobRejectedError: the server refused the job; ``.rejection`` says why.
             ClientError: the call failed.
         """
+        if reply_to is not None:
+            from ._results import Results  # loads anyio: only when results are asked for
+
+            if not isinstance(reply_to, Results):
+                raise InvalidArgumentTypeError(
+                    f"Task {self._label}: reply_to must be a sepp.Results, got "
+                    f"{builtins.type(reply_to).__name__} (Task.request takes a queue name)"
+                )
         request = self.request(
             value,
             delay=delay,
@@ -371,8 +502,51 @@ class Task(Generic[T]):
             max_attempts=max_attempts,
             custom=custom,
             trace_context=trace_context,
+            reply_to=reply_to,
         )
-        return await client.enqueue(request)
+        ack = await client.enqueue(request)
+        if reply_to is None:
+            return ack
+        return reply_to.handle(self, ack.job_id, ack=ack)
+
+    # ------------------------------------------------------------ results
+
+    def encode_result(self, value: R) -> bytes:
+        """Validate a handler's return value against the result type and encode it as
+        compact JSON (``null`` for a task without a result type, whatever the value).
+
+        Raises:
+            InvalidResultError: the value does not validate; the message names the task
+                and the field.
+        """
+        codec = self._result_codec
+        if codec is None:
+            return _NULL
+        try:
+            return codec.dump(value)
+        except Invalid as exc:
+            raise InvalidResultError(
+                f"Task {self._label}: the handler's result does not validate: {_describe(exc)}"
+            ) from None
+
+    def decode_result(self, value: Any) -> R:
+        """A received result's value (plain JSON, as :class:`Result` holds it) validated
+        against the result type (returned as is for a task without one).
+
+        Raises:
+            InvalidResultError: the value does not validate; the message names the task
+                and the field.
+        """
+        codec = self._result_codec
+        if codec is None:
+            none: R = value
+            return none
+        try:
+            return codec.load(json.dumps(value, separators=(",", ":")).encode())
+        except Invalid as exc:
+            raise InvalidResultError(
+                f"Task {self._label}: the result does not validate: {_describe(exc)}"
+            ) from None
 
     # ------------------------------------------------------------ worker side
 

@@ -199,6 +199,8 @@ logger = logging.getLogger("sepp_anyio.worker")
 
 T = TypeVar("T")
 _S = TypeVar("_S")
+#: A typed task's result type.
+R = TypeVar("R")
 
 #: A batch handler: ``fn(items, ctx)``, ``async def`` or a plain ``def`` (run in a thread).
 BatchFunction: TypeAlias = Callable[[list[BatchItem[T]], BatchCtx[_S]], Awaitable[None] | None]
@@ -525,10 +527,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         return self
 
     def task(
-        self, task: Task[T]
+        self, task: Task[T, R]
     ) -> Callable[
-        [Callable[[T, JobCtx[StateT]], Awaitable[None] | None]],
-        Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
+        [Callable[[T, JobCtx[StateT]], Awaitable[R] | R]],
+        Callable[[T, JobCtx[StateT]], Awaitable[R] | R],
     ]:
         """Decorator: handle ``task``'s job type with the decorated function, which is
         called as ``fn(value, ctx)`` with the payload decoded and validated as ``task``'s
@@ -539,7 +541,9 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         payload that is not JSON or does not validate is dead-lettered on that attempt,
         with a reason naming the field (no retry can help it), and counted in
         ``statistics().nacked_dead_letter``. The task's ``timeout`` wins over the worker's
-        ``job_timeout``.
+        ``job_timeout``. For a job that asks for its result (``reply_to``), what the
+        function returns is validated against the task's result type and sent to the reply
+        queue before the job is acked (a value that does not validate fails the attempt).
 
         Raises:
             DuplicateHandlerError: the job type already has a handler.
@@ -558,8 +562,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             )
 
         def register(
-            fn: Callable[[T, JobCtx[StateT]], Awaitable[None] | None],
-        ) -> Callable[[T, JobCtx[StateT]], Awaitable[None] | None]:
+            fn: Callable[[T, JobCtx[StateT]], Awaitable[R] | R],
+        ) -> Callable[[T, JobCtx[StateT]], Awaitable[R] | R]:
             task.check_handler(fn)
             job_type = task.job_type
             if job_type in self._handlers:

@@ -25,7 +25,8 @@ from .._model._errors import (
     JobNotFoundError,
     SeppError,
 )
-from .._model._job import Job, JobCtx, attach_state, is_traced
+from .._model._job import Job, JobCtx, attach_enqueuer, attach_state, is_traced
+from .._model._results import REPLY_TO
 from .._model._retries import RetryDirective
 from ._accounting import LaneAccounts
 from ._heartbeat_timer import HeartbeatTimer
@@ -34,6 +35,7 @@ from ._lease import JobRun, Phase, heartbeat, heartbeat_delay
 from ._middleware import Middleware, call_through
 from ._outcome import OutcomeHook, Settled, outcome_of, report_outcome
 from ._registry import AsyncHandler
+from ._replies import reply
 
 logger = logging.getLogger("sepp_anyio.worker")
 
@@ -237,6 +239,9 @@ class JobRunner:
                 if verdict is None:
                     outcome = Settled.LEASE_LOST
                 else:
+                    if REPLY_TO in ctx.custom:
+                        # Its result goes out before the settle (_replies).
+                        verdict = await reply(self._client, run, verdict, _SETTLE_TIMEOUT)
                     outcome = await self._settle(run, *verdict)
                 self._job_finished(run, outcome)
                 if self._on_outcome is not None:
@@ -307,6 +312,7 @@ class JobRunner:
         """Count ``run`` in."""
         run.started = anyio.current_time()
         attach_state(run.ctx, self._state)
+        attach_enqueuer(run.ctx, self._client)  # for its follow-ups (JobCtx.enqueue)
         self._accounts[run.lane].job_started()
 
     def _job_finished(self, run: JobRun, outcome: Settled) -> None:
