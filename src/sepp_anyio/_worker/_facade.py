@@ -445,7 +445,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         for run in self._lanes:
             label = "+".join(run.lane.queues) if given_lanes else _LANE
             self._probes[run] = self._health.lane(label)
-            self._accounts[run] = LaneAccounts(run, self._health.worker_metrics.lane(label))
+            prometheus = self._health.worker_metrics.lane(
+                label, capacity=run.lane.max_in_flight, queues=run.lane.queues
+            )
+            self._accounts[run] = LaneAccounts(run, prometheus, client)
         self._crons: list[Cron[Any]] = []
         # run(job_limit=...): jobs this run may still take (None: no limit).
         self._jobs_left: int | None = None
@@ -721,7 +724,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         """The worker's Prometheus metrics (``/metrics``): ``sepp_jobs_total``,
         ``sepp_jobs_in_flight``, ``sepp_job_duration_seconds``,
         ``sepp_reserve_errors_total``, ``sepp_lease_extensions_total``,
-        ``sepp_settle_failures_total``, each with a ``lane`` label."""
+        ``sepp_settle_failures_total``, each with a ``lane`` label; and the autoscaling
+        signals ``sepp_job_queue_wait_seconds`` (by ``queue``), ``sepp_worker_saturation``
+        (time-weighted since the previous scrape) and ``sepp_worker_idle_reserves_total``
+        (by ``lane``)."""
         return self._health.metrics
 
     @property
@@ -833,6 +839,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     crons = await self._start_crons(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
                     self._health.mark_started()
+                    for accounts in self._accounts.values():
+                        accounts.run_started(anyio.current_time())
                     if self._shutdown_requested:
                         self._health.mark_shutting_down()
                     task_status.started()
@@ -849,6 +857,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 raise error from None
             finally:
                 self._health.mark_stopped()
+                for accounts in self._accounts.values():
+                    accounts.run_stopped()
                 self._tg = None
                 self._timer = None
                 self._running = False

@@ -261,7 +261,7 @@ class ReserveLoops(JobRunner):
                 "" if failures == 1 else "s",
                 seconds,
             )
-        accounts.reserve_answered(len(jobs))
+        accounts.reserve_answered(jobs)
         if (
             not jobs
             and not short
@@ -315,6 +315,7 @@ class ReserveLoops(JobRunner):
         self._runs.add(run)
         lane.runs.add(run)
         lane.holding[run] = token
+        self._accounts[lane].slot_taken(anyio.current_time())
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))
