@@ -227,7 +227,7 @@ class Harness(anyio.AsyncContextManagerMixin):
         and jobs waiting for a retry are waited for, which on a virtual clock (trio's
         ``MockClock(autojump_threshold=0)``, or the suite's virtual-time asyncio loop)
         takes no real time. With ``scheduled=False`` they are left where they are. Dead
-        letters are settled. The worker stops as after :meth:`Worker.shutdown`: what it
+        letters are settled. The worker stops as after :meth:`~sepp_anyio.Worker.shutdown`: what it
         had in flight is finished, and its ``on_outcome`` hook has been called for every
         job, when this returns.
 
@@ -248,14 +248,14 @@ class Harness(anyio.AsyncContextManagerMixin):
                 ``max_jobs`` jobs (a handler that never returns, a job retried forever, a
                 job that enqueues another every time); the message names the queues and
                 their counts. Handlers still running then are cancelled and their jobs
-                nacked for a retry (:meth:`Worker.cancel_in_flight`).
+                nacked for a retry (:meth:`~sepp_anyio.Worker.cancel_in_flight`).
             RuntimeError: the worker is already running.
             InvalidArgumentError, InvalidArgumentTypeError: a bad ``max_jobs`` or
                 ``max_time``.
-            UnauthenticatedError, UnknownQueuesError: as :meth:`Worker.run`.
+            UnauthenticatedError, UnknownQueuesError: as :meth:`~sepp_anyio.Worker.run`.
 
-        Cancellation: cancels the worker as cancelling :meth:`Worker.run` does (jobs still
-        running are left to lease expiry).
+        Cancellation: cancels the worker as cancelling :meth:`~sepp_anyio.Worker.run`
+        does (jobs still running are left to lease expiry).
         """
         if not isinstance(worker, Worker):
             raise InvalidArgumentTypeError(
@@ -401,12 +401,11 @@ class Harness(anyio.AsyncContextManagerMixin):
 
         With ``task``, only the results of that task's jobs (the harness remembers the job
         type of every job it saw), their values validated by the task's result type when
-        it has one.
+        it has one (its ``decode_result``, whose error for a value that does not validate
+        comes out as it is).
 
         Raises:
             SeppError: a ``sepp.result`` job that is not a result envelope.
-            InvalidResultError: a value that does not validate against the task's result
-                type.
             InvalidArgumentError: an invalid queue name.
         """
         if task is not None:
