@@ -140,3 +140,17 @@ def test_saturation_windows_are_independent_and_exact() -> None:
     assert otel.sample(6.0) == pytest.approx(7 / 24)
     # No time since: the share in use now.
     assert otel.sample(6.0) == 0.25
+
+
+def test_saturation_outside_the_event_loop_follows_the_real_clock() -> None:
+    # No event loop in this thread (an OpenTelemetry exporter's): anyio time is told from
+    # the monotonic clock, anchored at the start.
+    saturation = Saturation(2)
+    assert saturation.now() is None  # not started: nothing to anchor on
+    assert saturation.window().sample() == 0
+    saturation.start(100.0)
+    saturation.change(1, 100.0)
+    now = saturation.now()
+    assert now is not None and 100.0 <= now < 160.0
+    # One slot of two all along since the start, whenever "now" is.
+    assert saturation.window().sample() == pytest.approx(0.5)
