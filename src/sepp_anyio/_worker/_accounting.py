@@ -18,11 +18,14 @@ came back empty.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import anyio
 
 from .. import _otel
 from .._client import Client, wall_clock_of
 from .._health import LaneMetrics
+from .._health._saturation import loop_clock
 from .._health._worker_metrics import queue_wait
 from .._model._job import Job
 from ._lane import LaneRun
@@ -34,7 +37,7 @@ __all__ = ["LaneAccounts"]
 class LaneAccounts:
     """The accounting of one lane (see the module docstring); never raises."""
 
-    __slots__ = ("_client", "_lane", "_prometheus", "_saturation", "lease_extended")
+    __slots__ = ("_client", "_clock", "_lane", "_prometheus", "_saturation", "lease_extended")
 
     def __init__(self, lane: LaneRun, prometheus: LaneMetrics, client: Client) -> None:
         self._lane = lane
@@ -43,13 +46,16 @@ class LaneAccounts:
         # Its wall clock is "now" on the server's clock as the client knows it (for queue
         # waits); looked up at each reserve, as the lease code does.
         self._client = client
+        # anyio's clock, read twice per job: the loop's own once run() has started.
+        self._clock: Callable[[], float] = anyio.current_time
         #: A lease of this lane's jobs was extended (the heartbeat's callback).
         self.lease_extended = prometheus.lease_extended
 
-    def run_started(self, now: float) -> None:
-        """The worker's ``run()`` starts reserving at ``now`` (anyio time): the lane's
+    def run_started(self) -> None:
+        """The worker's ``run()`` starts reserving (called in its event loop): the lane's
         saturation clock starts, and OpenTelemetry (when enabled) observes it."""
-        self._saturation.start(now)
+        self._clock = loop_clock()
+        self._saturation.start(self._clock())
         metrics = _otel.metrics()
         if metrics.enabled:
             metrics.observe_saturation(self._prometheus.lane, self._saturation)
@@ -61,13 +67,13 @@ class LaneAccounts:
         if metrics.enabled:
             metrics.forget_saturation(self._saturation)
 
-    def slot_taken(self, now: float) -> None:
-        """A job took one of the lane's ``max_in_flight`` slots at ``now``."""
-        self._saturation.change(1, now)
+    def slot_taken(self) -> None:
+        """A job took one of the lane's ``max_in_flight`` slots."""
+        self._saturation.change(1, self._clock())
 
-    def slot_given_back(self, now: float) -> None:
-        """A job gave its slot back at ``now`` (its outcome decided, or it ended)."""
-        self._saturation.change(-1, now)
+    def slot_given_back(self) -> None:
+        """A job gave its slot back (its outcome decided, or it ended)."""
+        self._saturation.change(-1, self._clock())
 
     def reserve_started(self) -> None:
         self._lane.reserves += 1

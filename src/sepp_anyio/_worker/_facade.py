@@ -840,7 +840,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     heartbeats = self._start_heartbeat_timer(tg)
                     self._health.mark_started()
                     for accounts in self._accounts.values():
-                        accounts.run_started(anyio.current_time())
+                        accounts.run_started()
                     if self._shutdown_requested:
                         self._health.mark_shutting_down()
                     task_status.started()

@@ -315,7 +315,7 @@ class ReserveLoops(JobRunner):
         self._runs.add(run)
         lane.runs.add(run)
         lane.holding[run] = token
-        self._accounts[lane].slot_taken(anyio.current_time())
+        self._accounts[lane].slot_taken()
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))
