@@ -5,13 +5,13 @@ jobs / dead_letters / results. Both backends, virtual time (tests/worker/conftes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_type
 
 import anyio
 import pytest
 
 import sepp_anyio as sepp
-from sepp_anyio.testing import Harness, NotSettledError
+from sepp_anyio.testing import DeadLetteredJob, Harness, NotSettledError, QueuedJob
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +80,9 @@ async def test_jobs_decode_typed_payloads_in_server_order(sepp_harness: Harness)
         ("other", "ready", None),
     ]
     typed = sepp_harness.jobs("emails", send_welcome)
+    # mypy --strict: the values are the task's type.
+    assert_type(typed, list[QueuedJob[Welcome]])
+    assert_type(sepp_harness.dead_letters("emails", other), list[DeadLetteredJob[int]])
     assert [j.value for j in typed] == [Welcome(2), Welcome(1)]  # priority 9 first
     assert typed[0].custom == {"tenant": "acme"}
     assert typed[0].payload is not None and typed[0].payload.json() == {"user_id": 2}
