@@ -304,6 +304,16 @@ class _InFlight(Protocol):
     _in_flight: int
 
 
+class _SaturationSource(Protocol):
+    """What ``sepp.worker.saturation`` reads: a lane's ``_health.Saturation``."""
+
+    capacity: int
+
+    def window(self) -> Any:
+        """A reader of its own (``sample()`` returns the average since the last one)."""
+        ...
+
+
 class Metrics:
     """The worker's instruments, made once from the API's global meter; :attr:`enabled`
     is False (and they do not exist) without the OpenTelemetry API.
@@ -317,6 +327,11 @@ class Metrics:
     it at each collection, and it reads the count of every worker it was given
     (:meth:`count_in_flight`). A +1 before an SDK is installed and its -1 after would
     otherwise leave the count off for good.
+
+    ``sepp.worker.saturation`` is observed too, per lane label: each lane registered with
+    :meth:`observe_saturation` gets a reader of its own (the average since the previous
+    collection), and lanes of the same label (two workers in one process) are combined,
+    weighted by their capacity.
     """
 
     enabled: bool
@@ -326,12 +341,18 @@ class Metrics:
     reserves_failed: Any
     duration: Any
     lease_lost: Any
+    queue_wait: Any
+    idle_reserves: Any
     _observation: Any
 
     def __init__(self) -> None:
         # The SDK calls the observation callback from its exporter's thread.
         self._lock = threading.Lock()
         self._workers: weakref.WeakSet[_InFlight] = weakref.WeakSet()
+        # Each lane's saturation, to its label and this reader's window on it.
+        self._saturations: weakref.WeakKeyDictionary[_SaturationSource, tuple[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         api = _api()
         self.enabled = api is not None
         if api is not None:
@@ -341,6 +362,30 @@ class Metrics:
         """Add ``worker``'s jobs to ``sepp.jobs.in_flight`` for as long as it exists."""
         with self._lock:
             self._workers.add(worker)
+
+    def observe_saturation(self, lane: str, saturation: _SaturationSource) -> None:
+        """Report ``saturation`` as ``sepp.worker.saturation{lane}`` for as long as it
+        exists (once per saturation; a second call changes nothing)."""
+        with self._lock:
+            if saturation not in self._saturations:
+                self._saturations[saturation] = (lane, saturation.window())
+
+    def forget_saturation(self, saturation: _SaturationSource) -> None:
+        """Stop reporting ``saturation`` (its worker stopped; no error if not reported)."""
+        with self._lock:
+            self._saturations.pop(saturation, None)
+
+    def _observe_saturation(self, options: Any) -> Iterator[Any]:
+        with self._lock:
+            sources = [(s.capacity, *entry) for s, entry in list(self._saturations.items())]
+        # Per label: sum(average * capacity) / sum(capacity), the share of the whole.
+        busy: dict[str, float] = {}
+        capacity: dict[str, int] = {}
+        for slots, lane, window in sources:
+            busy[lane] = busy.get(lane, 0.0) + window.sample() * slots
+            capacity[lane] = capacity.get(lane, 0) + slots
+        for lane, value in busy.items():
+            yield self._observation(value / capacity[lane], {"lane": lane})
 
     def _observe_in_flight(self, options: Any) -> Iterator[Any]:
         with self._lock:
@@ -375,6 +420,23 @@ class Metrics:
             "sepp.jobs.lease_lost",
             unit="{job}",
             description="Jobs cancelled because their lease was lost",
+        )
+        self.queue_wait = meter.create_histogram(
+            "sepp.job.queue_wait",
+            unit="s",
+            description="Time from a job being ready to its reserve, per queue",
+        )
+        self.idle_reserves = meter.create_counter(
+            "sepp.worker.idle_reserves",
+            unit="{call}",
+            description="Reserve calls that returned no job, per lane",
+        )
+        meter.create_observable_gauge(
+            "sepp.worker.saturation",
+            callbacks=[self._observe_saturation],
+            unit="1",
+            description="Share of the lane's max_in_flight slots in use, time-weighted since"
+            " the previous collection",
         )
 
 

@@ -221,10 +221,48 @@ def test_ini_blocks_are_systemd_units(block: Block) -> None:
     _check_embedded_command(shlex.split(unit["Service"]["ExecStart"]), block)
 
 
+#: Manifests that configure scaling rather than run a worker: they name its metrics.
+AUTOSCALING_KINDS = {"ScaledObject", "HorizontalPodAutoscaler", "ConfigMap"}
+
+
+def _worker_series() -> set[str]:
+    """Every series name the worker's /metrics renders (histograms' three each)."""
+    from sepp_anyio._health import Histogram, WorkerMetrics
+
+    metrics = WorkerMetrics()
+    names: set[str] = set()
+    for attribute in WorkerMetrics.__slots__:
+        family = getattr(metrics, attribute)
+        if isinstance(family, Histogram):
+            names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count")}
+        elif hasattr(family, "name"):
+            names.add(family.name)
+    return names
+
+
+def _check_autoscaling(documents: list[dict[str, object]], block: Block) -> None:
+    """Scalers target the worker's Deployment, and every ``sepp_*`` metric they query is
+    one the worker exports (or one a block of the page defines, a prometheus-adapter rule's
+    ``as:``)."""
+    for document in documents:
+        assert document.get("kind") in AUTOSCALING_KINDS, f"{block.where}: {document}"
+        if document["kind"] != "ConfigMap":
+            target = document["spec"]["scaleTargetRef"]  # type: ignore[index]
+            assert target["name"] == "sepp-worker", f"{block.where}: {target}"
+    page = "\n".join(b.text for b in blocks(block.page) if b.language == "yaml")
+    defined = set(re.findall(r"\bas: (sepp_\w+)", page))
+    named = set(re.findall(r"\bsepp_\w+", block.text)) - defined - {"sepp_worker"}
+    assert named, f"{block.where}: names no worker metric"
+    assert named <= _worker_series(), f"{block.where}: no such metrics {named - _worker_series()}"
+
+
 @pytest.mark.parametrize("block", _blocks_of("yaml"), ids=lambda b: b.where)
 def test_yaml_blocks_are_kubernetes_manifests(block: Block) -> None:
     documents = [d for d in yaml.safe_load_all(block.text) if d]
     assert documents, block.where
+    if not any(d.get("kind") == "Deployment" for d in documents):
+        _check_autoscaling(documents, block)
+        return
     containers = [
         c
         for d in documents

@@ -79,6 +79,9 @@ def test_the_metric_families_are_the_contracts(ext: ModuleType) -> None:
         "sepp_reserve_errors_total",
         "sepp_lease_extensions_total",
         "sepp_settle_failures_total",
+        "sepp_job_queue_wait_seconds",
+        "sepp_worker_saturation",
+        "sepp_worker_idle_reserves_total",
     }
 
 

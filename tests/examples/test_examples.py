@@ -98,6 +98,20 @@ def test_asyncio_worker(server: ServerProcess) -> None:
     assert f"processed={jobs}," in output
 
 
+def test_autoscaling_signals(server: ServerProcess) -> None:
+    out = _run("autoscaling_signals.py", server)
+    assert "idle: 40 jobs reserved" in out, out
+    saturation = {
+        when: float(value)
+        for when, value in re.findall(r"(busy|idle): saturation since the last scrape (\S+)", out)
+    }
+    # Four slots held from the start to the first scrape; the idle interval ends with 2 s
+    # of nothing: whatever the machine's load, the first average is the higher one.
+    assert 0 < saturation["idle"] < saturation["busy"] <= 1, out
+    idle = re.search(r"idle: idle reserves so far (\d+)", out)
+    assert idle is not None and int(idle[1]) >= 1, out
+
+
 def test_cli_worker_with_the_example_registry(server: ServerProcess) -> None:
     jobs = _produce(server, 40, 4)
     argv = [sys.executable, "-m", "sepp_anyio", "worker", "shop_jobs:handlers", "-q", "shop"]

@@ -162,6 +162,9 @@ def test_worker_metrics_have_the_public_names_and_types() -> None:
         "sepp_reserve_errors": "counter",
         "sepp_lease_extensions": "counter",
         "sepp_settle_failures": "counter",
+        "sepp_job_queue_wait_seconds": "histogram",
+        "sepp_worker_saturation": "gauge",
+        "sepp_worker_idle_reserves": "counter",
     }
     [job] = families["sepp_jobs"].samples
     assert (job.name, job.labels, job.value) == (
@@ -190,4 +193,6 @@ def test_add_lane_shows_zeros_before_any_event() -> None:
         ("sepp_reserve_errors_total", "bulk"): 0,
         ("sepp_lease_extensions_total", "bulk"): 0,
         ("sepp_settle_failures_total", "bulk"): 0,
+        ("sepp_worker_idle_reserves_total", "bulk"): 0,
+        ("sepp_worker_saturation", "bulk"): 0,
     }

@@ -113,6 +113,9 @@ async def test_metrics_of_a_worker_parse_with_prometheus_client() -> None:
         "sepp_reserve_errors",
         "sepp_lease_extensions",
         "sepp_settle_failures",
+        "sepp_job_queue_wait_seconds",
+        "sepp_worker_saturation",
+        "sepp_worker_idle_reserves",
     } <= set(families)
     assert families["sepp_job_duration_seconds"].type == "histogram"
     values = {
@@ -125,3 +128,5 @@ async def test_metrics_of_a_worker_parse_with_prometheus_client() -> None:
     assert values[("sepp_jobs_total", (*key, ("outcome", "acked")))] == 3
     assert values[("sepp_jobs_in_flight", (("lane", "default"),))] == 0
     assert values[("sepp_reserve_errors_total", (("lane", "default"),))] == 0
+    assert values[("sepp_job_queue_wait_seconds_count", (("queue", "q"),))] == 3
+    assert 0 <= values[("sepp_worker_saturation", (("lane", "default"),))] <= 1

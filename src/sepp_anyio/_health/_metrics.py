@@ -18,7 +18,7 @@ import logging
 import math
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
@@ -297,6 +297,7 @@ class MetricsRegistry:
             raise InvalidArgumentError(f"max_series must be >= 1, got {max_series}")
         self._max_series = max_series
         self._families: dict[str, _Family[object]] = {}
+        self._before_render: list[Callable[[], None]] = []
 
     def _check(self, name: str, labelnames: Sequence[str]) -> None:
         if not _METRIC_NAME.match(name):
@@ -345,8 +346,16 @@ class MetricsRegistry:
         self._families[name] = family  # type: ignore[assignment]
         return family
 
+    def before_render(self, update: Callable[[], None]) -> None:
+        """Call ``update()`` at the start of every :meth:`render`, in the order added: for a
+        gauge whose value is computed per scrape (``sepp_worker_saturation``, an average
+        since the previous scrape). ``update`` must not raise."""
+        self._before_render.append(update)
+
     def render(self) -> str:
         """Every family in the text exposition format 0.0.4 (ends with a newline)."""
+        for update in list(self._before_render):
+            update()
         lines: list[str] = []
         for family in list(self._families.values()):
             lines.extend(family.render())

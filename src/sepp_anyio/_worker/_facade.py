@@ -457,7 +457,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         for run in self._lanes:
             label = "+".join(run.lane.queues) if given_lanes else _LANE
             self._probes[run] = self._health.lane(label)
-            self._accounts[run] = LaneAccounts(run, self._health.worker_metrics.lane(label))
+            prometheus = self._health.worker_metrics.lane(
+                label, capacity=run.lane.max_in_flight, queues=run.lane.queues
+            )
+            self._accounts[run] = LaneAccounts(run, prometheus, client)
         self._crons: list[Cron[Any]] = []
         # Batch handlers by job type, and their collectors while running (``_batch``).
         self._batch_specs: dict[str, BatchSpec] = {}
@@ -832,7 +835,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         """The worker's Prometheus metrics (``/metrics``): ``sepp_jobs_total``,
         ``sepp_jobs_in_flight``, ``sepp_job_duration_seconds``,
         ``sepp_reserve_errors_total``, ``sepp_lease_extensions_total``,
-        ``sepp_settle_failures_total``, each with a ``lane`` label."""
+        ``sepp_settle_failures_total``, each with a ``lane`` label; and the autoscaling
+        signals ``sepp_job_queue_wait_seconds`` (by ``queue``), ``sepp_worker_saturation``
+        (time-weighted since the previous scrape) and ``sepp_worker_idle_reserves_total``
+        (by ``lane``)."""
         return self._health.metrics
 
     @property
@@ -945,6 +951,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     self._start_batches(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
                     self._health.mark_started()
+                    for accounts in self._accounts.values():
+                        accounts.run_started()
                     if self._shutdown_requested:
                         self._health.mark_shutting_down()
                     task_status.started()
@@ -962,6 +970,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 raise error from None
             finally:
                 self._health.mark_stopped()
+                for accounts in self._accounts.values():
+                    accounts.run_stopped()
                 self._tg = None
                 self._timer = None
                 self._running = False

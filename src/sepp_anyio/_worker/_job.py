@@ -412,6 +412,7 @@ class JobRunner:
         lane: LaneRun = run.lane
         token = lane.holding.pop(run, None)
         if token is not None:
+            self._accounts[lane].slot_given_back()
             self._in_flight -= 1
             assert lane.limiter is not None
             lane.limiter.release_on_behalf_of(token)

@@ -262,7 +262,7 @@ class ReserveLoops(BatchRunner):
                 "" if failures == 1 else "s",
                 seconds,
             )
-        accounts.reserve_answered(len(jobs))
+        accounts.reserve_answered(jobs)
         if (
             not jobs
             and not short
@@ -320,6 +320,7 @@ class ReserveLoops(BatchRunner):
         self._runs.add(run)
         lane.runs.add(run)
         lane.holding[run] = token
+        self._accounts[lane].slot_taken()
         self._in_flight += 1
         self._max_seen = max(self._max_seen, self._in_flight)
         lane.max_seen = max(lane.max_seen, len(lane.holding))

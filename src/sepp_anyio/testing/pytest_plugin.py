@@ -34,6 +34,13 @@ fixtures only (no hooks, no options, no change to how tests are collected or run
     in-process server with default config, in the test's own event loop (so trio's
     ``MockClock`` drives its leases and schedules): the fixture for tests on virtual time.
 
+``sepp_harness`` (function scope, async)
+    A :class:`sepp_anyio.testing.Harness` (entered): the in-process server of
+    ``sepp_in_memory`` with ``harness.client``, ``harness.run_until_settled(worker)``,
+    ``harness.jobs(queue)``, ``harness.dead_letters(queue)`` and ``harness.results(queue)``.
+    On virtual time (trio's ``MockClock(autojump_threshold=0)``) scheduled jobs and
+    retries come due at once.
+
 The async fixtures run on the test's anyio backend, asyncio or trio: use them from tests
 marked ``@pytest.mark.anyio`` (anyio's pytest plugin runs them).
 """
@@ -52,9 +59,10 @@ import pytest
 from .._client import Client, connect
 from .._transport._target import parse_target
 from ..server import Engine, ServerProcess
+from ._harness import Harness
 from ._in_memory import open_in_memory_client
 
-__all__ = ["SeppTestServer", "sepp_client", "sepp_in_memory", "sepp_server"]
+__all__ = ["SeppTestServer", "sepp_client", "sepp_harness", "sepp_in_memory", "sepp_server"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,3 +154,10 @@ async def sepp_in_memory(anyio_backend: object) -> AsyncIterator[tuple[Client, E
     """``(client, engine)``: a fresh in-process server in the test's event loop."""
     async with open_in_memory_client() as pair:
         yield pair
+
+
+@pytest.fixture
+async def sepp_harness(anyio_backend: object) -> AsyncIterator[Harness]:
+    """A :class:`~sepp_anyio.testing.Harness`, entered, in the test's event loop."""
+    async with Harness() as harness:
+        yield harness
