@@ -410,8 +410,7 @@ class Harness(anyio.AsyncContextManagerMixin):
         """
         if task is not None:
             _check_task(task)
-        # Task.decode_result arrives with typed results: until then, values stay plain JSON.
-        decode = getattr(task, "decode_result", None)
+        decode = None if task is None else task.decode_result
         out: list[ResultMessage[Any]] = []
         for job in sorted(self._live(queue), key=lambda job: job.seq):
             if job.job_type != RESULT_JOB_TYPE:

@@ -17,6 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .._model._enqueue import CustomValue
 from .._model._error_root import SeppError
 from .._model._payload import Payload
+from .._model._results import CORRELATION_ID, RESULT_JOB_TYPE
 from ..server import DeadLetter, JobState, StoredJob
 
 __all__ = [
@@ -33,10 +34,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The job type of a result job (the worker's results helper sends them).
-RESULT_JOB_TYPE = "sepp.result"
-#: The custom field of a result job that holds the id of the job it is the result of.
-CORRELATION_ID = "sepp.correlation_id"
 
 JobStateName = Literal["ready", "scheduled", "in_flight"]
 _STATES: dict[JobState, JobStateName] = {
