@@ -1,11 +1,14 @@
 """The worker: reserve jobs, run their handlers, settle them (``sepp_anyio.Worker``).
 
 The package's modules, one idea each: :mod:`._facade` (the :class:`Worker` users build and
-run), the lanes and their token buckets (:mod:`._lane`), a job's lease and heartbeats
+run), the handler registry and its checks (:mod:`._registry`), the reserve loop
+(:mod:`._reserving`), the job: its run, verdict, hand-off and settle (:mod:`._job`), the
+one accounting sink for statistics, Prometheus and OpenTelemetry (:mod:`._accounting`,
+:mod:`._statistics`), the lanes (:mod:`._lane`), a job's lease and heartbeats
 (:mod:`._lease`, :mod:`._heartbeat_timer`), the lifespan (:mod:`._lifespan`), middleware
-(:mod:`._middleware`), the outcome hook (:mod:`._outcome`) and batch handlers
-(:mod:`._batch`, :mod:`._batch_item`). Everything public is
-re-exported by ``sepp_anyio`` itself.
+(:mod:`._middleware`), the outcome hook (:mod:`._outcome`), batch handlers
+(:mod:`._batch`, :mod:`._batch_item`) and results sent to a producer (:mod:`._replies`).
+Everything public is re-exported by ``sepp_anyio`` itself.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from ._facade import Handler as Handler
 from ._facade import HandlerSignatureError as HandlerSignatureError
 from ._facade import ShutdownHandle as ShutdownHandle
 from ._facade import Worker as Worker
-from ._facade import WorkerStatistics as WorkerStatistics
 from ._facade import check_handler as check_handler
 from ._facade import enclose_lifespan as enclose_lifespan
+from ._statistics import WorkerStatistics as WorkerStatistics
 
 __all__ = [
     "Handler",

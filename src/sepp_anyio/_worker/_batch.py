@@ -36,23 +36,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from .._model._checks import check_count, check_seconds, check_str
+from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import HandlerError
 from .._model._job import Job
 from .._model._payload import Payload
 from .._model._retries import RetryDirective
+from .._tasks._task import Task
 from ._batch_item import BatchCtx, BatchItem
 from ._job import _SETTLE_TIMEOUT, JobRunner, _failure_backoff
 from ._lease import JobRun, Phase
 from ._outcome import Settled, outcome_of, report_outcome
 
-__all__ = ["BatchCall", "BatchCollector", "BatchRunner", "BatchSpec"]
+__all__ = [
+    "BatchCall",
+    "BatchCollector",
+    "BatchRunner",
+    "BatchSpec",
+    "BatchTarget",
+    "batch_target",
+]
 
 logger = logging.getLogger("sepp_anyio.worker")
 
@@ -76,6 +86,54 @@ class BatchSpec:
     decode: Callable[[Payload | None], Any] | None
     #: The task's own timeout (it wins over ``job_timeout``), for the whole batch.
     timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTarget:
+    """What ``Worker.batch(task, max_size=..., max_wait=...)`` was asked for, checked."""
+
+    job_type: str
+    decode: Callable[[Payload | None], Any] | None
+    timeout: float | None
+    max_size: int
+    max_wait: float
+    #: The registration's name in error messages.
+    what: str
+
+
+def batch_target(
+    task: object, max_size: object, max_wait: object, queues: Collection[str], lease: float
+) -> BatchTarget:
+    """Check the arguments of ``Worker.batch`` against the worker's queues and lease.
+
+    Raises:
+        InvalidArgumentError: a bad ``max_size``/``max_wait``, or the worker does not
+            reserve from ``task.queue``.
+        InvalidArgumentTypeError: ``task`` is neither a ``Task`` nor a str.
+    """
+    if isinstance(task, Task):
+        if task.queue not in queues:
+            raise InvalidArgumentError(
+                f"task {task!r} is enqueued to queue {task.queue!r}, which this worker"
+                f" does not reserve from (queues: {list(queues)})"
+            )
+        job_type, decode, timeout = task.job_type, task.decode, task.timeout
+        what = f"the batch of task {task!r}"
+    elif isinstance(task, str):
+        job_type, decode, timeout = check_str(task, "job_type"), None, None
+        what = f"the batch of job type {task!r}"
+    else:
+        raise InvalidArgumentTypeError(
+            f"Worker.batch() takes a sepp.Task or a job type (str), got a {type(task).__name__}"
+        )
+    size = check_count(max_size, "max_size")
+    wait = check_seconds(max_wait, "max_wait")
+    if wait >= lease:
+        raise InvalidArgumentError(
+            f"max_wait must be less than the worker's lease ({lease:g}s): a job"
+            f" waiting for its batch has no heartbeat yet; got {max_wait}"
+        )
+    return BatchTarget(job_type, decode, timeout, size, wait, what)
 
 
 def _failure(exc: Exception, ctx: Any) -> tuple[RetryDirective, str]:

@@ -135,7 +135,6 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar, overload
 
 import anyio
@@ -161,10 +160,10 @@ from .._tasks._task import Task
 from .._tasks._task_call import typed_call
 from . import _lifespan
 from ._accounting import LaneAccounts
-from ._batch import BatchCall, BatchCollector, BatchSpec
+from ._batch import BatchCall, BatchCollector, BatchSpec, batch_target
 from ._batch_item import BatchCtx, BatchItem
 from ._heartbeat_timer import HeartbeatTimer
-from ._lane import Lane, LaneRun, LaneStatistics, lanes_of
+from ._lane import Lane, LaneRun, lanes_of
 from ._lease import JobRun
 from ._middleware import Middleware, check_middleware
 from ._outcome import OutcomeHook, check_outcome_hook
@@ -177,6 +176,7 @@ from ._registry import (
     check_handler,
 )
 from ._reserving import MAX_REFUSED_BACKOFF, ReserveLoops
+from ._statistics import WorkerStatistics
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as DefaultTypeVar
@@ -232,33 +232,6 @@ def enclose_lifespan(worker: Worker, outer: AbstractAsyncContextManager[Any]) ->
     the worker was built with (whose state the handlers still see).
     """
     worker._lifespan = _lifespan.chained(outer, worker._lifespan)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerStatistics:
-    """A snapshot of a worker's counters (see :meth:`Worker.statistics`)."""
-
-    #: Jobs currently being handled (each holds one of ``max_in_flight`` slots): from the
-    #: reserve until the outcome is decided; a job whose ack or nack is on its way holds
-    #: a settle slot instead, and is not counted.
-    in_flight: int
-    #: Jobs acked.
-    processed: int
-    #: Jobs nacked for another attempt.
-    nacked_retry: int
-    #: Jobs nacked onto the dead-letter path (permanent, or out of attempts).
-    nacked_dead_letter: int
-    #: Jobs whose lease was lost while running (cancelled, not settled).
-    lease_lost: int
-    #: Acks or nacks that failed (the job will be redelivered, or already was settled).
-    settle_errors: int
-    #: Reserve calls made, and those that failed.
-    reserves: int
-    reserve_errors: int
-    #: The most jobs that were ever in flight at once.
-    max_in_flight_seen: int
-    #: The same counters per lane, in the worker's order of lanes.
-    lanes: tuple[LaneStatistics, ...] = ()
 
 
 class ShutdownHandle:
@@ -630,33 +603,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             RuntimeError: the worker is running (register batch handlers before
                 :meth:`run`).
         """
-        if isinstance(task, Task):
-            if task.queue not in self.queues:
-                raise InvalidArgumentError(
-                    f"task {task!r} is enqueued to queue {task.queue!r}, which this worker"
-                    f" does not reserve from (queues: {list(self.queues)})"
-                )
-            job_type, decode, timeout = task.job_type, task.decode, task.timeout
-            what = f"the batch of task {task!r}"
-        elif isinstance(task, str):
-            job_type, decode, timeout = check_str(task, "job_type"), None, None
-            what = f"the batch of job type {task!r}"
-        else:
-            raise InvalidArgumentTypeError(
-                f"Worker.batch() takes a sepp.Task or a job type (str), got a {type(task).__name__}"
-            )
-        size = check_count(max_size, "max_size")
-        wait = check_seconds(max_wait, "max_wait")
-        if wait >= self._lease:
-            raise InvalidArgumentError(
-                f"max_wait must be less than the worker's lease ({self._lease:g}s): a job"
-                f" waiting for its batch has no heartbeat yet; got {max_wait}"
-            )
+        target = batch_target(task, max_size, max_wait, self.queues, self._lease)
+        job_type, size, wait = target.job_type, target.max_size, target.max_wait
 
         def register(fn: BatchFunction[Any, StateT]) -> BatchFunction[Any, StateT]:
             if self._running:
                 raise RuntimeError("register batch handlers before run(): this worker is running")
-            is_async = check_handler(what, fn)
+            is_async = check_handler(target.what, fn)
             if job_type in self._handlers:
                 raise DuplicateHandlerError(job_type)
             # A plain function runs in a thread as a sync handler does (the thread's call
@@ -669,7 +622,9 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             self._handlers[job_type] = fn  # type: ignore[assignment]
             self._calls.pop(job_type, None)
             self._timeouts.pop(job_type, None)
-            self._batch_specs[job_type] = BatchSpec(job_type, call, size, wait, decode, timeout)
+            self._batch_specs[job_type] = BatchSpec(
+                job_type, call, size, wait, target.decode, target.timeout
+            )
             return fn
 
         return register

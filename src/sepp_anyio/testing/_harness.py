@@ -31,7 +31,8 @@ from .._model._error_root import InvalidArgumentTypeError, SeppError
 from .._model._groups import unwrap
 from .._model._retries import RetryPolicy
 from .._tasks._task import Task
-from .._worker._facade import Worker, WorkerStatistics
+from .._worker._facade import Worker
+from .._worker._statistics import WorkerStatistics
 from ..server import Clock, Engine, MemoryStore, QueueStats, ServerConfig, Store, StoredJob
 from ._in_memory import open_in_memory_client
 from ._recording_store import RecordingStore
