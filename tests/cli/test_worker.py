@@ -42,7 +42,12 @@ def sync_work(payload, ctx):
     where = "event loop" if threading.current_thread() is threading.main_thread() else "thread"
     print(f"sync {ctx.id} in a {where}", file=sys.stderr, flush=True)
 
-handlers = {"work": work, "forever": forever}
+def gc_state(payload, ctx):
+    import gc
+    frozen = gc.get_freeze_count() > 0
+    print(f"gc threshold {gc.get_threshold()[0]} frozen {frozen}", file=sys.stderr, flush=True)
+
+handlers = {"work": work, "forever": forever, "gc_state": gc_state}
 sync_handlers = {"sync_work": sync_work}
 
 async def takes_one(payload):
@@ -434,3 +439,20 @@ def test_help_explains_the_target_contract() -> None:
         "SIGTERM",
     ):
         assert text in result.stdout, text
+
+
+@pytest.mark.parametrize("tuning", [True, False], ids=["gc-tuned", "no-gc-tuning"])
+def test_the_command_tunes_its_own_garbage_collector_unless_asked_not_to(
+    server: ServerProcess, jobs_dir: Path, queue: str, tuning: bool
+) -> None:
+    _enqueue(server, queue, "gc_state")
+    args = ["user_jobs:handlers", "--queue", queue, "--burst"]
+    if not tuning:
+        args.append("--no-gc-tuning")
+    with _worker(server, jobs_dir, *args, queue=queue) as worker:
+        assert worker.wait(8) == 0, worker.output
+    if tuning:
+        assert "gc threshold 10000 frozen True" in worker.output
+    else:
+        assert "gc threshold 700 frozen False" in worker.output
+
