@@ -92,6 +92,7 @@ from ._model._rejections import UnknownQueue as UnknownQueue
 from ._model._rejections import UnknownRejection as UnknownRejection
 from ._model._retries import RetryDirective as RetryDirective
 from ._model._retries import RetryPolicy as RetryPolicy
+from ._model._retry_policy import Retry as Retry
 from ._model._server_info import ServerInfo as ServerInfo
 from ._model._trace import TraceContext as TraceContext
 from ._model._trace import TraceContextError as TraceContextError
@@ -159,6 +160,7 @@ __all__ = [
     "RateLimit",
     "RequestTooLargeError",
     "ReserveError",
+    "Retry",
     "RetryDirective",
     "RetryPolicy",
     "ScheduledTooFar",

@@ -14,7 +14,8 @@ travels as compact UTF-8 JSON labelled ``application/json``, the same bytes
 (no pickle). Which library checks the value, and how strictly, is described in ``_typed``.
 
 This module imports neither the worker nor the client (``Client`` is only named in
-annotations), so a module of task declarations can be shared by producers and workers.
+annotations; :meth:`Task.enqueue` reads the given client's clock), so a module of task
+declarations can be shared by producers and workers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import builtins
 import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 from .._model._checks import (
@@ -39,6 +40,7 @@ from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import HandlerError
 from .._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
 from .._model._retries import RetryDirective
+from .._model._retry_policy import Retry
 from .._model._trace import TraceContext
 from ._typed import Invalid, Problem, TypeCodec, codec_for
 
@@ -160,6 +162,11 @@ class Task(Generic[T]):
         max_attempts: at least 1, the default of every enqueue; None: the queue's default.
         timeout: this task's handler timeout in seconds (it wins over the worker's
             ``job_timeout``); None: the worker's.
+        retry: this task's :class:`~sepp_anyio.Retry` policy (it wins over the worker's
+            ``retry``); None: the worker's.
+        expires: seconds after which a job of this task, once due, is no longer started
+            (the default ``expires_at`` of every enqueue: the later of now and the
+            job's ``scheduled_at`` or ``delay``, plus this); None: no expiry.
 
     Raises:
         InvalidArgumentTypeError: (a ``TypeError``) an argument of the wrong type; an
@@ -171,7 +178,17 @@ class Task(Generic[T]):
             (the message names the ``sepp-anyio[pydantic]`` and ``[msgspec]`` extras).
     """
 
-    __slots__ = ("_codec", "_job_type", "_max_attempts", "_priority", "_queue", "_timeout", "_type")
+    __slots__ = (
+        "_codec",
+        "_expires",
+        "_job_type",
+        "_max_attempts",
+        "_priority",
+        "_queue",
+        "_retry",
+        "_timeout",
+        "_type",
+    )
 
     @overload
     def __init__(
@@ -183,6 +200,8 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
     ) -> None: ...
 
     @overload
@@ -197,6 +216,8 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
     ) -> None: ...
 
     def __init__(
@@ -208,6 +229,8 @@ class Task(Generic[T]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
     ) -> None:
         self._queue = check_queue_name(queue, "Task queue")
         self._job_type = check_str(job_type, "Task job_type")
@@ -223,6 +246,16 @@ class Task(Generic[T]):
             None
             if timeout is None
             else check_seconds(timeout, "Task timeout", minimum="millisecond")
+        )
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidArgumentTypeError(
+                f"Task retry must be a sepp.Retry or None, got {builtins.type(retry).__name__}"
+            )
+        self._retry = retry
+        self._expires = (
+            None
+            if expires is None
+            else check_seconds(expires, "Task expires", minimum="millisecond")
         )
         self._type: Any = type
         try:
@@ -275,6 +308,16 @@ class Task(Generic[T]):
         return self._timeout
 
     @property
+    def retry(self) -> Retry | None:
+        """Its retry policy; it wins over the worker's (None: the worker's)."""
+        return self._retry
+
+    @property
+    def expires(self) -> float | None:
+        """Seconds after which a due job of this task is no longer started (None: never)."""
+        return self._expires
+
+    @property
     def library(self) -> str:
         """What checks its values: ``"pydantic"``, ``"msgspec"`` or ``"json"`` (the
         built-in validator of plain JSON types)."""
@@ -310,13 +353,17 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        expires_at: datetime | None = None,
     ) -> EnqueueRequest:
         """An :class:`EnqueueRequest` for ``value``, for ``enqueue_batch`` or
         ``enqueue_atomic``.
 
         The options are :class:`EnqueueRequest`'s; ``priority`` and ``max_attempts``
         default to the task's. ``trace_context`` None lets the client stamp the current
-        span's, as for any request.
+        span's, as for any request. ``expires_at`` None, for a task with ``expires``, is
+        that many seconds after the job is due (``scheduled_at``, or now plus ``delay``,
+        or now), now read from the system clock here (:meth:`enqueue` reads the
+        client's).
 
         Raises:
             InvalidArgumentError: (a ``ValueError``) the value does not validate (see
@@ -324,6 +371,36 @@ class Task(Generic[T]):
                 raises it).
             InvalidArgumentTypeError: (a ``TypeError``) an option of the wrong type.
         """
+        return self._request(
+            value,
+            delay=delay,
+            scheduled_at=scheduled_at,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            max_attempts=max_attempts,
+            custom=custom,
+            trace_context=trace_context,
+            expires_at=expires_at,
+            now=None,
+        )
+
+    def _request(
+        self,
+        value: T,
+        *,
+        delay: float | None,
+        scheduled_at: datetime | None,
+        idempotency_key: str | None,
+        priority: int | None,
+        max_attempts: int | None,
+        custom: Mapping[str, CustomValue] | None,
+        trace_context: TraceContext | None,
+        expires_at: datetime | None,
+        now: datetime | None,
+    ) -> EnqueueRequest:
+        """:meth:`request`, with the clock ``expires`` counts from (None: the system's)."""
+        if expires_at is None and self._expires is not None:
+            expires_at = self._deadline(scheduled_at, delay, now)
         return EnqueueRequest(
             self._queue,
             self._job_type,
@@ -335,7 +412,32 @@ class Task(Generic[T]):
             custom={} if custom is None else custom,
             scheduled_at=scheduled_at,
             delay=delay,
+            expires_at=expires_at,
         )
+
+    def _deadline(
+        self, scheduled_at: datetime | None, delay: float | None, now: datetime | None
+    ) -> datetime | None:
+        """The default ``expires_at``: ``expires`` after the job is due. None when the
+        options are malformed: :class:`EnqueueRequest` then names what is wrong."""
+        assert self._expires is not None
+        current = now if now is not None else datetime.now(UTC)
+        due = current
+        if isinstance(scheduled_at, datetime):
+            if scheduled_at.tzinfo is None:
+                scheduled_at = scheduled_at.replace(tzinfo=UTC)
+            if scheduled_at.utcoffset() is None:
+                return None
+            due = max(current, scheduled_at)
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            try:
+                due = current + timedelta(seconds=max(0.0, delay))
+            except (OverflowError, ValueError):
+                return None
+        try:
+            return due + timedelta(seconds=self._expires)
+        except OverflowError:
+            return None
 
     async def enqueue(
         self,
@@ -349,6 +451,7 @@ class Task(Generic[T]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        expires_at: datetime | None = None,
     ) -> EnqueueAck:
         """Validate ``value`` and enqueue it with ``client``; options as for :meth:`request`.
 
@@ -362,7 +465,11 @@ class Task(Generic[T]):
             JobRejectedError: the server refused the job; ``.rejection`` says why.
             ClientError: the call failed.
         """
-        request = self.request(
+        # The client's clock, which its delay counts from too (the in-process server's
+        # virtual time in tests). Imported here: declaring tasks needs no client.
+        from .._client import wall_clock_of
+
+        request = self._request(
             value,
             delay=delay,
             scheduled_at=scheduled_at,
@@ -371,6 +478,8 @@ class Task(Generic[T]):
             max_attempts=max_attempts,
             custom=custom,
             trace_context=trace_context,
+            expires_at=expires_at,
+            now=wall_clock_of(client)() if self._expires is not None else None,
         )
         return await client.enqueue(request)
 
