@@ -338,6 +338,8 @@ async def test_by_default_a_failure_waits_a_random_part_of_two_to_the_attempt() 
         assert [kind for kind, _ in delays] == ["after"] * 3
         for (_, delay), cap in zip(delays, [2.0, 4.0, 8.0], strict=True):
             assert delay is not None and 0.0 <= delay <= cap
+        # Jittered: not today's exact 2, 4, 8 (each hit with probability zero).
+        assert [delay for _, delay in delays] != [2.0, 4.0, 8.0]
 
 
 async def test_an_ack_failure_is_logged_and_the_worker_goes_on(

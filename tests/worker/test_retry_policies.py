@@ -15,9 +15,16 @@ from sepp_anyio import HandlerError, JobCtx, Payload, Retry, Task, Worker
 from sepp_anyio.server import DeadLetterCause
 from sepp_anyio.testing import open_in_memory_client
 
-from ._helpers import QUEUE, EngineSpy, Probe, enqueue, nack_kind, running
+from ._helpers import QUEUE, Call, EngineSpy, Probe, enqueue, nack_kind, running
 
 pytestmark = pytest.mark.anyio
+
+
+async def _wait(spy: EngineSpy, method: str, count: int = 1) -> list[Call]:
+    """``spy.wait_for``, bounded: a missing call fails the test after 10 virtual minutes."""
+    with anyio.fail_after(600):
+        return await spy.wait_for(method, count)
+
 
 RETAIN = {"dead_letter_retention_ms": 3_600_000}
 
@@ -46,7 +53,7 @@ async def test_a_tasks_policy_sets_the_delay_of_each_nack() -> None:
 
         await task.enqueue(client, 1, max_attempts=5)
         async with running(worker):
-            await spy.wait_for("ack")
+            await _wait(spy, "ack")
     nacks = [nack_kind(c) for c in spy.of("nack")]
     assert nacks == [("after", 1.0), ("after", 3.0), ("after", 9.0)]
     gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
@@ -71,7 +78,7 @@ async def test_the_workers_policy_is_the_default_of_every_handler() -> None:
         await enqueue(client, job_type="plain")
         await plain_task.enqueue(client, 1)
         async with running(worker):
-            nacks = await spy.wait_for("nack", 2)
+            nacks = await _wait(spy, "nack", 2)
     assert sorted(nack_kind(c) for c in nacks) == [("after", 7.0), ("after", 7.0)]
 
 
@@ -91,7 +98,7 @@ async def test_the_jitter_of_the_nacks_is_the_seeded_policys() -> None:
 
         await enqueue(client, max_attempts=6)
         async with running(worker):
-            await spy.wait_for("ack")
+            await _wait(spy, "ack")
     delays = [nack_kind(c)[1] for c in spy.of("nack")]
     expected = [twin.delay(n) for n in range(1, 5)]
     assert delays == pytest.approx(expected, abs=0.001)
@@ -121,7 +128,7 @@ async def test_dead_letter_on_dead_letters_at_once_and_subclasses_count(kind: st
 
         [job_id] = await enqueue(client, max_attempts=5)
         async with running(worker):
-            [nack] = await spy.wait_for("nack")
+            [nack] = await _wait(spy, "nack")
             await anyio.sleep(600)  # nothing is redelivered
         assert nack_kind(nack) == ("dead_letter", None)
         assert nack.request.reason == "handler raised _Corrupt: bad bytes"
@@ -155,7 +162,7 @@ async def test_an_exception_in_retry_on_or_in_neither_is_retried() -> None:
         await enqueue(client, job_type="listed")
         await enqueue(client, job_type="unlisted")
         async with running(worker):
-            await spy.wait_for("ack", 2)
+            await _wait(spy, "ack", 2)
     assert [nack_kind(c) for c in spy.of("nack")] == [("after", 1.0), ("after", 1.0)]
 
 
@@ -171,7 +178,7 @@ async def test_dead_letter_on_wins_over_retry_on() -> None:
 
         await enqueue(client, max_attempts=5)
         async with running(worker):
-            [nack] = await spy.wait_for("nack")
+            [nack] = await _wait(spy, "nack")
     assert nack_kind(nack) == ("dead_letter", None)
 
 
@@ -188,7 +195,7 @@ async def test_the_tasks_policy_wins_over_the_workers() -> None:
 
         await lenient.enqueue(client, 1, max_attempts=3)
         async with running(worker):
-            await spy.wait_for("ack")
+            await _wait(spy, "ack")
     assert [nack_kind(c) for c in spy.of("nack")] == [("after", 3.0)]
 
 
@@ -215,7 +222,7 @@ async def test_a_handler_errors_own_request_wins_over_the_policy(
 
             await enqueue(client, max_attempts=5)
             async with running(worker):
-                [nack] = await spy.wait_for("nack")
+                [nack] = await _wait(spy, "nack")
         assert nack_kind(nack) == expected
         assert nack.request.reason == raised.reason
 
@@ -234,7 +241,7 @@ async def test_a_timeout_keeps_its_own_rule() -> None:
 
         await task.enqueue(client, 1, max_attempts=3)
         async with running(worker):
-            [nack] = await spy.wait_for("nack")
+            [nack] = await _wait(spy, "nack")
     assert (nack.request.reason, nack_kind(nack)) == ("timed out", ("default", None))
 
 
@@ -246,7 +253,7 @@ async def test_a_job_type_without_a_handler_waits_the_workers_delay() -> None:
         worker.handle("t", probe.handler())
         await enqueue(client, job_type="mystery", max_attempts=5)
         async with running(worker):
-            [nack] = await spy.wait_for("nack")
+            [nack] = await _wait(spy, "nack")
     assert nack_kind(nack) == ("after", 5.0)
     assert not probe.starts
 
