@@ -1,6 +1,7 @@
 """The scripts in ``examples/`` run as a user would run them, against a reference server on
 loopback (``SEPP_ADDR``): the producer, both workers (stopped by a signal, exit 0), the
-dead-letter replay, the CLI worker on the example registry, and the example test suite."""
+dead-letter replay, the CLI worker on the example registry, retry policies and expiry, and
+the example test suite."""
 
 from __future__ import annotations
 
@@ -137,6 +138,18 @@ def test_dead_letter_replay(server: ServerProcess) -> None:
         "resize_photo": "shop",
     }
     assert "no dead letters" in _run("dead_letter_replay.py", server)
+
+
+def test_retry_and_expiry(server: ServerProcess) -> None:
+    out = _run("retry_and_expiry.py", server)
+    assert sorted(out.splitlines()) == [
+        "charge attempt 1: dead_lettered (MalformedOrder)",
+        "charge attempt 1: retried (ProviderDown)",
+        "charge attempt 2: retried (ProviderDown)",
+        "charge attempt 3: acked",
+        "processed=1 nacked_retry=2 nacked_dead_letter=2 expired=1",
+        "remind attempt 1: expired",
+    ]
 
 
 # About 15 s alone (a pytest run in a subprocess, several servers), but 31-53 s was seen on
