@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,16 +58,16 @@ JOB_TASK_NAME = "sepp-anyio job"
 EXPIRED_REASON = "expired"
 
 
-def _failure_directive(policy: Retry, ctx: JobCtx, error: Exception | None) -> RetryDirective:
-    """The nack of a job whose handler raised ``error`` (not a ``HandlerError``), or that
-    has no handler (``error`` None), under ``policy``: dead-lettered when ``error`` is of
-    a ``dead_letter_on`` type, else retried after the policy's (jittered) delay."""
-    if error is not None and policy.dead_letters(error):
+def _failure_directive(policy: Retry, ctx: JobCtx, error: Exception) -> RetryDirective:
+    """The nack of a job whose handler (or a middleware) raised ``error``, not a
+    ``HandlerError``, under ``policy``: dead-lettered when ``error`` is of a
+    ``dead_letter_on`` type, else retried after the policy's (jittered) delay."""
+    if policy.dead_letters(error):
         return RetryDirective.dead_letter()
     return RetryDirective.after(policy.delay(ctx.attempt))
 
 
-def _expired(run: JobRun, wall_clock: Any) -> bool:
+def _expired(run: JobRun, wall_clock: Callable[[], datetime]) -> bool:
     """Whether ``run``'s job was reserved at or after its ``sepp.expires_at`` deadline on
     the client's (server's) clock. A value under the key that is not an int cannot be
     read as a deadline: the job runs, and a warning says why it was not checked."""
@@ -84,10 +84,8 @@ def _expired(run: JobRun, wall_clock: Any) -> bool:
             type(value).__name__,
         )
         return False
-    now: datetime = wall_clock()
-    now_ms = (now - _EPOCH) // _MS
     assert isinstance(deadline, int)
-    return now_ms >= deadline
+    return (wall_clock() - _EPOCH) // _MS >= deadline
 
 
 def _stopped_here(run: JobRun, exc: BaseException) -> bool:
@@ -189,10 +187,13 @@ class JobRunner:
         group; its deadline is the job's timeout), then the settle and ``on_outcome``; last, the
         lane's bookkeeping.
 
-        The handler returns: ack; it raises ``HandlerError``: that directive; any other
-        ``Exception``: a nack with backoff; then the flags of whoever cancelled it decide
-        (:meth:`_verdict`). Cancellation from outside (``run()`` cancelled) and
-        non-``Exception`` errors propagate, the job unsettled. A handler without a scope of
+        A job reserved at or after its ``sepp.expires_at`` deadline is not run: it is
+        nacked dead-lettered with reason "expired" (``Settled.EXPIRED``). Otherwise: the
+        handler returns: ack; it raises ``HandlerError``: that directive; any other
+        ``Exception``: a nack under the retry policy (the task's, else the worker's);
+        then the flags of whoever cancelled it decide (:meth:`_verdict`). Cancellation
+        from outside (``run()`` cancelled) and non-``Exception`` errors propagate, the job
+        unsettled. A handler without a scope of
         its own is stopped by a shutdown cancelling this task: that cancellation is caught
         as it leaves the handler (:func:`_stopped_here`), the job is nacked and reported,
         shielded, and the cancellation is raised again at the end.
@@ -231,8 +232,10 @@ class JobRunner:
                     # no handler ran, so nothing was cancelled or failed).
                     directive, reason = RetryDirective.dead_letter(), EXPIRED_REASON
                     run.log.warning(
-                        "reserved after its deadline (custom %r); dead-lettered without running",
+                        "reserved at or after its deadline (custom %r = %s); dead-lettered"
+                        " without running",
                         EXPIRES_AT_KEY,
+                        ctx.custom[EXPIRES_AT_KEY],
                     )
                     _otel.mark_error(span, "expired before it started")
                 elif handler is None:
