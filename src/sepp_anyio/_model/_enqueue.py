@@ -62,7 +62,7 @@ class EnqueueRequest:
       counted from when the request is sent; mutually exclusive with ``scheduled_at``;
     * ``expires_at``: ``None`` or a datetime (naive means UTC), after ``scheduled_at`` when
       both are given; stored in ``custom`` under ``"sepp.expires_at"`` (an int of
-      milliseconds since the epoch), which must not hold another value.
+      milliseconds since the epoch), replacing any value there.
 
     Server-configured limits (name lengths, payload size, custom map size) are checked by
     the server and come back as a :class:`JobRejection`.
@@ -151,13 +151,8 @@ class EnqueueRequest:
             )
         custom = self.custom
         assert isinstance(custom, dict)
-        given = custom.get(EXPIRES_AT_KEY)
-        # Equal is fine: a copy of a request (dataclasses.replace) carries both.
-        if given is not None and (isinstance(given, bool) or given != millis):
-            raise InvalidArgumentError(
-                f"expires_at and custom[{EXPIRES_AT_KEY!r}] disagree ({millis} ms against "
-                f"{given!r}): pass the deadline once"
-            )
+        # It wins over a value already there: a copy made with dataclasses.replace(request,
+        # expires_at=...) carries the old deadline in custom, and the new one is meant.
         custom[EXPIRES_AT_KEY] = millis
 
     @property
