@@ -198,6 +198,25 @@ SYNC_CASES: list[tuple[str, Bad, type[Exception]]] = [
     ("Task: unsupported annotation", lambda: sepp.Task("q", "t", _NoJson), TypeError),
     ("Task.check_handler: one parameter", lambda: _TASK.check_handler(lambda v: None), TypeError),
     ("Task.check_handler: not callable", lambda: _TASK.check_handler(5), TypeError),  # type: ignore[arg-type]
+    # Job retry policies and expiry (issue #32).
+    ("Retry: negative backoff", lambda: sepp.Retry(backoff=-1), ValueError),
+    ("Retry: factor below 1", lambda: sepp.Retry(factor=0.5), ValueError),
+    ("Retry: unknown jitter", lambda: sepp.Retry(jitter="half"), ValueError),  # type: ignore[arg-type]
+    ("Retry: not an exception class", lambda: sepp.Retry(retry_on=(1,)), TypeError),  # type: ignore[arg-type]
+    ("Task: retry not a Retry", lambda: sepp.Task("q", "t", int, retry=1), TypeError),  # type: ignore[call-overload]
+    ("Task: expires 0", lambda: sepp.Task("q", "t", int, expires=0), ValueError),
+    (
+        "EnqueueRequest: expires_at not a datetime",
+        lambda: EnqueueRequest("q", "t", expires_at=5),  # type: ignore[arg-type]
+        TypeError,
+    ),
+    (
+        "EnqueueRequest: expires_at before scheduled_at",
+        lambda: EnqueueRequest(
+            "q", "t", scheduled_at=datetime(2030, 1, 2, tzinfo=UTC), expires_at=datetime(2030, 1, 1)
+        ),
+        ValueError,
+    ),
     # Cron: the expression, its arguments, run_cron's.
     ("Cron: minute 61", lambda: _cron("61 * * * *"), ValueError),
     ("Cron: 4 fields", lambda: _cron("* * * *"), ValueError),

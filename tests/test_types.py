@@ -580,6 +580,12 @@ def test_dead_letter_replay_is_a_fresh_job() -> None:
     assert req.idempotency_key is None
 
 
+def test_dead_letter_replay_drops_the_expiry_deadline() -> None:
+    """An expired job replayed as it was would expire again at once."""
+    record = _record(custom={"tenant": "acme", "sepp.expires_at": 1_700_000_000_000})
+    assert record.to_enqueue_request().custom == {"tenant": "acme"}
+
+
 def test_dead_letter_replay_zero_max_attempts_means_queue_default() -> None:
     assert _record(max_attempts=0).to_enqueue_request().max_attempts is None
 

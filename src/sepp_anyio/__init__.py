@@ -96,6 +96,7 @@ from ._model._results import Result as Result
 from ._model._results import ResultTimeoutError as ResultTimeoutError
 from ._model._retries import RetryDirective as RetryDirective
 from ._model._retries import RetryPolicy as RetryPolicy
+from ._model._retry_policy import Retry as Retry
 from ._model._server_info import ServerInfo as ServerInfo
 from ._model._trace import TraceContext as TraceContext
 from ._model._trace import TraceContextError as TraceContextError
@@ -175,6 +176,7 @@ __all__ = [
     "ResultHandle",
     "ResultTimeoutError",
     "Results",
+    "Retry",
     "RetryDirective",
     "RetryPolicy",
     "ScheduledTooFar",

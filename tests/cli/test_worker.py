@@ -455,4 +455,3 @@ def test_the_command_tunes_its_own_garbage_collector_unless_asked_not_to(
         assert "gc threshold 10000 frozen True" in worker.output
     else:
         assert "gc threshold 700 frozen False" in worker.output
-

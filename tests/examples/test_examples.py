@@ -1,7 +1,7 @@
 """The scripts in ``examples/`` run as a user would run them, against a reference server on
 loopback (``SEPP_ADDR``): the producer, both workers (stopped by a signal, exit 0), the
 dead-letter replay, results and follow-ups (on both backends), the CLI worker on the
-example registry, and the example test suite."""
+example registry, retry policies and expiry, and the example test suite."""
 
 from __future__ import annotations
 
@@ -172,6 +172,18 @@ def test_follow_ups(server: ServerProcess, backend: str) -> None:
         "order 1001, attempt 1: 3 new follow-up(s)",
         "order 1001, attempt 2: 0 new follow-up(s)",
         "steps run: label, pack, ship",
+    ]
+
+
+def test_retry_and_expiry(server: ServerProcess) -> None:
+    out = _run("retry_and_expiry.py", server)
+    assert sorted(out.splitlines()) == [
+        "charge attempt 1: dead_lettered (MalformedOrder)",
+        "charge attempt 1: retried (ProviderDown)",
+        "charge attempt 2: retried (ProviderDown)",
+        "charge attempt 3: acked",
+        "processed=1 nacked_retry=2 nacked_dead_letter=2 expired=1",
+        "remind attempt 1: expired",
     ]
 
 

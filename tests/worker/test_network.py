@@ -21,7 +21,7 @@ import sepp
 from sepp.types import ReserveOptions
 
 import sepp_anyio
-from sepp_anyio import EnqueueRequest, HandlerError, JobCtx, Payload, Worker
+from sepp_anyio import EnqueueRequest, HandlerError, JobCtx, Payload, Retry, Worker
 from sepp_anyio.server import (
     ApiKey,
     AuthConfig,
@@ -153,7 +153,9 @@ async def test_a_nack_during_shutdown_is_not_captured_by_the_cancelled_long_poll
 async def test_sepp_py_sees_a_crash_backed_off_then_redelivered(server_address: str) -> None:
     queue = _queue()
     async with sepp_anyio.connect(server_address) as client:
-        worker = Worker(client, [queue], wait=5.0)
+        # The default policy's first delay, without its jitter: exactly 2 s.
+        unjittered = Retry(backoff=2.0, max_delay=60.0, jitter=None)
+        worker = Worker(client, [queue], wait=5.0, retry=unjittered)
 
         @worker.handler("t")
         async def crashes(payload: Payload | None, ctx: JobCtx) -> None:

@@ -210,6 +210,23 @@ async def test_lease_lost_and_settle_failed() -> None:
     assert sorted(outcomes.of(lost)) == [(1, Outcome.LEASE_LOST, None), (2, Outcome.ACKED, None)]
 
 
+async def test_an_expired_job_is_reported_expired_without_an_error() -> None:
+    outcomes = Outcomes()
+    expiring = Task(QUEUE, "expiring", int, expires=1.0)
+    async with open_in_memory_client() as (client, _):
+        worker = Worker(client, [QUEUE], on_outcome=outcomes.hook)
+
+        @worker.task(expiring)
+        async def never(value: int, ctx: JobCtx) -> None:
+            raise AssertionError("an expired job must not run")
+
+        stale = await expiring.enqueue(client, 1)
+        await anyio.sleep(2)
+        async with running(worker):
+            await outcomes.wait(1)
+    assert outcomes.of(stale.job_id) == [(1, Outcome.EXPIRED, None)]
+
+
 def test_every_outcome_value_is_reached_by_the_tests_above() -> None:
     # The tests of this module between them assert every member.
     source = Path(__file__).read_text(encoding="utf-8")

@@ -9,8 +9,8 @@ import logging
 import anyio
 import pytest
 
-from sepp_anyio import HandlerError, JobCtx, Payload, Worker
-from sepp_anyio._worker._job import _failure_backoff
+from sepp_anyio import HandlerError, JobCtx, Payload, Retry, Worker
+from sepp_anyio._model._retry_policy import DEFAULT_RETRY
 from sepp_anyio.server import DeadLetterCause, JobState
 from sepp_anyio.testing import open_in_memory_client
 
@@ -19,6 +19,8 @@ from ._helpers import QUEUE, EngineSpy, Probe, enqueue, nack_kind, running, unav
 pytestmark = pytest.mark.anyio
 
 RETAIN = {"dead_letter_retention_ms": 3_600_000}
+#: The default policy without its jitter: its delays are exact.
+UNJITTERED = Retry(backoff=2.0, factor=2.0, max_delay=60.0, jitter=None)
 
 
 async def test_jobs_are_processed_and_acked() -> None:
@@ -236,16 +238,18 @@ async def test_retry_on_the_last_attempt_dead_letters() -> None:
         assert (stats.nacked_retry, stats.nacked_dead_letter) == (1, 1)
 
 
-def test_failure_backoff_is_two_to_the_attempt_capped_at_60() -> None:
-    assert [_failure_backoff(a) for a in range(1, 9)] == [2, 4, 8, 16, 32, 60, 60, 60]
-    assert _failure_backoff(10**6) == 60
+def test_the_default_retry_is_two_to_the_attempt_capped_at_60_with_full_jitter() -> None:
+    assert [DEFAULT_RETRY.nominal_delay(a) for a in range(1, 9)] == [2, 4, 8, 16, 32, 60, 60, 60]
+    assert DEFAULT_RETRY.nominal_delay(10**6) == 60
+    assert DEFAULT_RETRY.jitter == "full"
+    assert Retry(backoff=2.0, max_delay=60.0, jitter=None) == UNJITTERED
 
 
 async def test_unknown_job_type_backs_off_instead_of_burning_attempts() -> None:
     probe = Probe()
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
-        lacking = Worker(client, [QUEUE], worker_id="lacking")
+        lacking = Worker(client, [QUEUE], worker_id="lacking", retry=UNJITTERED)
         lacking.handle("t", probe.handler())
         [job_id] = await enqueue(client, job_type="mystery")
         async with running(lacking):
@@ -297,7 +301,7 @@ async def test_an_exception_is_nacked_with_backoff() -> None:
 
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
-        worker = Worker(client, [QUEUE])
+        worker = Worker(client, [QUEUE], retry=UNJITTERED)
         worker.handle("t", probe.handler(crashes_twice))
         await enqueue(client, max_attempts=5)
         async with running(worker):
@@ -314,6 +318,28 @@ async def test_an_exception_is_nacked_with_backoff() -> None:
         assert 4.0 <= starts[2] - starts[1] < 4.1
         stats = worker.statistics()
         assert (stats.nacked_retry, stats.processed) == (2, 1)
+
+
+async def test_by_default_a_failure_waits_a_random_part_of_two_to_the_attempt() -> None:
+    """The default policy: full jitter below today's ``min(2**attempt, 60)``."""
+
+    async def crashes(payload: Payload | None, ctx: JobCtx) -> None:
+        if ctx.attempt < 4:
+            raise ValueError("boom")
+
+    async with open_in_memory_client() as (client, engine):
+        spy = EngineSpy(engine)
+        worker = Worker(client, [QUEUE])
+        worker.handle("t", crashes)
+        await enqueue(client, max_attempts=5)
+        async with running(worker):
+            await spy.wait_for("ack")
+        delays = [nack_kind(c) for c in spy.of("nack")]
+        assert [kind for kind, _ in delays] == ["after"] * 3
+        for (_, delay), cap in zip(delays, [2.0, 4.0, 8.0], strict=True):
+            assert delay is not None and 0.0 <= delay <= cap
+        # Jittered: not today's exact 2, 4, 8 (each hit with probability zero).
+        assert [delay for _, delay in delays] != [2.0, 4.0, 8.0]
 
 
 async def test_an_ack_failure_is_logged_and_the_worker_goes_on(

@@ -21,7 +21,8 @@ previous scrape: ``_saturation``), and how many reserves found nothing to do.
 
 ``outcome`` is how the job ended for this worker: ``acked``, ``retried`` (nacked for a
 retry, which includes a handler that timed out or was cut short by a shutdown),
-``dead_lettered``, ``lease_lost`` (not settled here; the lease was gone), ``settle_failed``
+``dead_lettered``, ``expired`` (reserved past its ``sepp.expires_at`` deadline, dead-lettered
+without running), ``lease_lost`` (not settled here; the lease was gone), ``settle_failed``
 (the ack or nack failed; the job is redelivered) or ``cancelled`` (the worker was cancelled
 with the job running; left to lease expiry). The registry takes any str.
 """
@@ -82,6 +83,7 @@ OUTCOMES = {
     "ack": "acked",
     "retry": "retried",
     "dead_letter": "dead_lettered",
+    "expired": "expired",
     "lease_lost": "lease_lost",
     "settle_failed": "settle_failed",
     "cancelled": "cancelled",

@@ -1,9 +1,11 @@
 """The public data model: types, errors, rejections, limits, payload codecs, checks.
 
 One idea per module: ``_payload``, ``_trace`` (trace context), ``_enqueue`` (request and
-ack), ``_retries`` (retry directive and policy), ``_server_info``, ``_dead_letters``,
-``_job`` (a reserved job and its context), ``_results`` (a job's result on the wire, and
-its errors); ``_errors`` / ``_error_root``, ``_rejections``,
+ack), ``_retries`` (retry directive and the client's RPC retry policy), ``_retry_policy`` (a
+job retry policy, ``Retry``), ``_expiry`` (a job's ``sepp.expires_at`` deadline),
+``_server_info``, ``_dead_letters``, ``_job`` (a reserved job and its context),
+``_results`` (a job's result on the wire, and its errors); ``_errors`` / ``_error_root``,
+``_rejections``,
 ``_limits``, ``_codecs`` (payload codecs) and ``_checks`` (the argument rules).
 
 Conventions, shared by every type here:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ._enqueue import CustomValue, EnqueueRequest
+from ._expiry import EXPIRES_AT_KEY
 from ._payload import Payload
 from ._trace import TraceContext
 
@@ -68,7 +69,9 @@ class DeadLetterRecord:
         ``scheduled_at`` (a replay should run now, not at a time long past or still far
         off) and the idempotency key (it would dedup against the original job within the
         server's window, so nothing would be enqueued). A ``max_attempts`` of 0 becomes
-        ``None``, i.e. the queue's default. Use :func:`dataclasses.replace` on the result
+        ``None``, i.e. the queue's default. The deadline in ``custom["sepp.expires_at"]`` is
+        dropped too, for the same reason as ``scheduled_at``: it has passed, or would pass,
+        for a job that ran out of time. Use :func:`dataclasses.replace` on the result
         to change anything, such as the queue.
         """
         return EnqueueRequest(
@@ -77,6 +80,6 @@ class DeadLetterRecord:
             payload=self.payload,
             priority=self.priority,
             max_attempts=self.max_attempts or None,
-            custom=dict(self.custom),
+            custom={key: value for key, value in self.custom.items() if key != EXPIRES_AT_KEY},
             trace_context=self.trace_context,
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
 from ._checks import (
@@ -21,6 +21,7 @@ from ._checks import (
     check_str,
 )
 from ._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from ._expiry import EXPIRES_AT_KEY, expires_at_ms
 from ._payload import Payload
 from ._trace import TraceContext
 
@@ -33,6 +34,8 @@ CustomValue: TypeAlias = str | int | float | bool
 
 #: The longest ``delay`` an :class:`EnqueueRequest` takes, in seconds: 100 years.
 MAX_DELAY = 100 * 365.25 * 86400.0
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,10 @@ class EnqueueRequest:
     * ``scheduled_at``: ``None`` or a datetime (naive means UTC; a past time runs at once;
       a time before 1970 is not sent);
     * ``delay``: ``None`` or finite seconds from 0 to 100 years (3155760000),
-      counted from when the request is sent; mutually exclusive with ``scheduled_at``.
+      counted from when the request is sent; mutually exclusive with ``scheduled_at``;
+    * ``expires_at``: ``None`` or a datetime (naive means UTC), after ``scheduled_at`` when
+      both are given; stored in ``custom`` under ``"sepp.expires_at"`` (an int of
+      milliseconds since the epoch), replacing any value there.
 
     Server-configured limits (name lengths, payload size, custom map size) are checked by
     the server and come back as a :class:`JobRejection`.
@@ -86,6 +92,11 @@ class EnqueueRequest:
     scheduled_at: datetime | None = field(default=None, kw_only=True)
     #: Do not run until this many seconds after the request is sent.
     delay: float | None = field(default=None, kw_only=True)
+    #: Do not start after this instant: a worker that reserves the job later dead-letters
+    #: it with reason ``"expired"`` instead of running it. Travels in :attr:`custom` as
+    #: ``"sepp.expires_at"`` (milliseconds since the epoch), which producers in other
+    #: languages set themselves.
+    expires_at: datetime | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue, "queue")
@@ -124,6 +135,25 @@ class EnqueueRequest:
                     f"delay must be at most {MAX_DELAY:.0f} seconds (100 years), got {delay:g}"
                 )
             object.__setattr__(self, "delay", delay)
+        if self.expires_at is not None:
+            self._set_expiry()
+
+    def _set_expiry(self) -> None:
+        """Normalise ``expires_at`` to UTC and write it into ``custom`` (already checked
+        and copied, so this writes into the request's own dict)."""
+        millis = expires_at_ms(self.expires_at, "expires_at")
+        expires_at = _EPOCH + timedelta(milliseconds=millis)
+        object.__setattr__(self, "expires_at", expires_at)
+        if self.scheduled_at is not None and expires_at <= self.scheduled_at:
+            raise InvalidArgumentError(
+                f"expires_at ({expires_at.isoformat()}) must be after scheduled_at "
+                f"({self.scheduled_at.isoformat()}): the job would expire before it may run"
+            )
+        custom = self.custom
+        assert isinstance(custom, dict)
+        # It wins over a value already there: a copy made with dataclasses.replace(request,
+        # expires_at=...) carries the old deadline in custom, and the new one is meant.
+        custom[EXPIRES_AT_KEY] = millis
 
     @property
     def has_idempotency_key(self) -> bool:

@@ -14,8 +14,9 @@ travels as compact UTF-8 JSON labelled ``application/json``, the same bytes
 (no pickle). Which library checks the value, and how strictly, is described in ``_typed``.
 
 This module imports neither the worker nor the client (``Client`` is only named in
-annotations), nor anyio (``Results`` is imported where a result is asked for), so a module
-of task declarations can be shared by producers and workers.
+annotations; :meth:`Task.enqueue` reads the given client's clock), nor anyio (``Results``
+is imported where a result is asked for), so a module of task declarations can be shared
+by producers and workers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import inspect
 import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, final, overload
 
 from .._model._checks import (
@@ -42,6 +43,7 @@ from .._model._errors import HandlerError
 from .._model._payload import JSON_ENCODING, Payload, _charset, _is_json_encoding
 from .._model._results import REPLY_TO, InvalidResultError
 from .._model._retries import RetryDirective
+from .._model._retry_policy import Retry
 from .._model._trace import TraceContext
 from ._typed import Invalid, Problem, TypeCodec, codec_for
 
@@ -198,6 +200,11 @@ class Task(Generic[T, R]):
         result: the annotation of the handler's return value (the same kinds as
             ``type``); None: the task has no result type (a producer awaiting one gets
             None).
+        retry: this task's :class:`~sepp_anyio.Retry` policy (it wins over the worker's
+            ``retry``); None: the worker's.
+        expires: seconds after which a job of this task, once due, is no longer started
+            (the default ``expires_at`` of every enqueue: the later of now and the
+            job's ``scheduled_at`` or ``delay``, plus this); None: no expiry.
 
     Raises:
         InvalidArgumentTypeError: (a ``TypeError``) an argument of the wrong type; an
@@ -211,12 +218,14 @@ class Task(Generic[T, R]):
 
     __slots__ = (
         "_codec",
+        "_expires",
         "_job_type",
         "_max_attempts",
         "_priority",
         "_queue",
         "_result_codec",
         "_result_type",
+        "_retry",
         "_timeout",
         "_type",
     )
@@ -239,6 +248,8 @@ class Task(Generic[T, R]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
         result: None = None,
     ) -> None: ...
 
@@ -252,6 +263,8 @@ class Task(Generic[T, R]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
         result: builtins.type[R],
     ) -> None: ...
 
@@ -267,6 +280,8 @@ class Task(Generic[T, R]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
         result: Any = None,
     ) -> None: ...
 
@@ -279,6 +294,8 @@ class Task(Generic[T, R]):
         priority: int | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        expires: float | None = None,
         result: Any = None,
     ) -> None:
         self._queue = check_queue_name(queue, "Task queue")
@@ -295,6 +312,16 @@ class Task(Generic[T, R]):
             None
             if timeout is None
             else check_seconds(timeout, "Task timeout", minimum="millisecond")
+        )
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidArgumentTypeError(
+                f"Task retry must be a sepp.Retry or None, got {builtins.type(retry).__name__}"
+            )
+        self._retry = retry
+        self._expires = (
+            None
+            if expires is None
+            else check_seconds(expires, "Task expires", minimum="millisecond")
         )
         self._type: Any = type
         self._result_type: Any = result
@@ -354,6 +381,16 @@ class Task(Generic[T, R]):
         return self._result_type
 
     @property
+    def retry(self) -> Retry | None:
+        """Its retry policy; it wins over the worker's (None: the worker's)."""
+        return self._retry
+
+    @property
+    def expires(self) -> float | None:
+        """Seconds after which a due job of this task is no longer started (None: never)."""
+        return self._expires
+
+    @property
     def library(self) -> str:
         """What checks its values: ``"pydantic"``, ``"msgspec"`` or ``"json"`` (the
         built-in validator of plain JSON types)."""
@@ -390,6 +427,7 @@ class Task(Generic[T, R]):
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
         reply_to: Results | str | None = None,
+        expires_at: datetime | None = None,
     ) -> EnqueueRequest:
         """An :class:`EnqueueRequest` for ``value``, for ``enqueue_batch`` or
         ``enqueue_atomic``.
@@ -399,6 +437,10 @@ class Task(Generic[T, R]):
         span's, as for any request. ``reply_to`` (a :class:`Results` or its queue's name)
         asks the worker to send the job's result there: it is stored in the custom field
         ``sepp.reply_to``; wait for it with :meth:`Results.handle`.
+        ``expires_at`` None, for a task with ``expires``, is
+        that many seconds after the job is due (``scheduled_at``, or now plus ``delay``,
+        or now), now read from the system clock here (:meth:`enqueue` reads the
+        client's).
 
         Raises:
             InvalidArgumentError: (a ``ValueError``) the value does not validate (see
@@ -406,8 +448,40 @@ class Task(Generic[T, R]):
                 raises it).
             InvalidArgumentTypeError: (a ``TypeError``) an option of the wrong type.
         """
+        return self._request(
+            value,
+            delay=delay,
+            scheduled_at=scheduled_at,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            max_attempts=max_attempts,
+            custom=custom,
+            trace_context=trace_context,
+            reply_to=reply_to,
+            expires_at=expires_at,
+            now=None,
+        )
+
+    def _request(
+        self,
+        value: T,
+        *,
+        delay: float | None,
+        scheduled_at: datetime | None,
+        idempotency_key: str | None,
+        priority: int | None,
+        max_attempts: int | None,
+        custom: Mapping[str, CustomValue] | None,
+        trace_context: TraceContext | None,
+        reply_to: Results | str | None,
+        expires_at: datetime | None,
+        now: datetime | None,
+    ) -> EnqueueRequest:
+        """:meth:`request`, with the clock ``expires`` counts from (None: the system's)."""
         if reply_to is not None:
             custom = {**({} if custom is None else custom), REPLY_TO: _reply_queue(reply_to)}
+        if expires_at is None and self._expires is not None:
+            expires_at = self._deadline(scheduled_at, delay, now)
         return EnqueueRequest(
             self._queue,
             self._job_type,
@@ -419,7 +493,32 @@ class Task(Generic[T, R]):
             custom={} if custom is None else custom,
             scheduled_at=scheduled_at,
             delay=delay,
+            expires_at=expires_at,
         )
+
+    def _deadline(
+        self, scheduled_at: datetime | None, delay: float | None, now: datetime | None
+    ) -> datetime | None:
+        """The default ``expires_at``: ``expires`` after the job is due. None when the
+        options are malformed: :class:`EnqueueRequest` then names what is wrong."""
+        assert self._expires is not None
+        current = now if now is not None else datetime.now(UTC)
+        due = current
+        if isinstance(scheduled_at, datetime):
+            if scheduled_at.tzinfo is None:
+                scheduled_at = scheduled_at.replace(tzinfo=UTC)
+            if scheduled_at.utcoffset() is None:
+                return None
+            due = max(current, scheduled_at)
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            try:
+                due = current + timedelta(seconds=max(0.0, delay))
+            except (OverflowError, ValueError):
+                return None
+        try:
+            return due + timedelta(seconds=self._expires)
+        except OverflowError:
+            return None
 
     @overload
     async def enqueue(
@@ -434,6 +533,7 @@ class Task(Generic[T, R]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        expires_at: datetime | None = None,
         reply_to: None = None,
     ) -> EnqueueAck: ...
 
@@ -450,6 +550,7 @@ class Task(Generic[T, R]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        expires_at: datetime | None = None,
         reply_to: Results,
     ) -> ResultHandle[R]: ...
 
@@ -465,6 +566,7 @@ class Task(Generic[T, R]):
         max_attempts: int | None = None,
         custom: Mapping[str, CustomValue] | None = None,
         trace_context: TraceContext | None = None,
+        expires_at: datetime | None = None,
         reply_to: Results | None = None,
     ) -> EnqueueAck | ResultHandle[R]:
         """Validate ``value`` and enqueue it with ``client``; options as for :meth:`request`.
@@ -493,7 +595,11 @@ class Task(Generic[T, R]):
                     f"Task {self._label}: reply_to must be a sepp.Results, got "
                     f"{builtins.type(reply_to).__name__} (Task.request takes a queue name)"
                 )
-        request = self.request(
+        # The client's clock, which its delay counts from too (the in-process server's
+        # virtual time in tests). Imported here: declaring tasks needs no client.
+        from .._client import wall_clock_of
+
+        request = self._request(
             value,
             delay=delay,
             scheduled_at=scheduled_at,
@@ -503,6 +609,8 @@ class Task(Generic[T, R]):
             custom=custom,
             trace_context=trace_context,
             reply_to=reply_to,
+            expires_at=expires_at,
+            now=wall_clock_of(client)() if self._expires is not None else None,
         )
         ack = await client.enqueue(request)
         if reply_to is None:

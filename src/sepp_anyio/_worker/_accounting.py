@@ -132,6 +132,15 @@ class LaneAccounts:
             outcome = Settled.DEAD_LETTER if dead else Settled.RETRY
             metrics.nacked.add(1, {"job_type": job_type, "outcome": outcome})
 
+    def expired(self, job_type: str) -> None:
+        """An expired job's dead-lettering nack was answered: counted as dead-lettered and
+        as expired (Prometheus counts it in job_finished, with outcome ``expired``)."""
+        self._lane.nacked_dead += 1
+        self._lane.expired += 1
+        metrics = _otel.metrics()
+        if metrics.enabled:
+            metrics.nacked.add(1, {"job_type": job_type, "outcome": Settled.EXPIRED})
+
     def lease_lost(self, job_type: str) -> None:
         self._lane.lease_lost += 1
         metrics = _otel.metrics()

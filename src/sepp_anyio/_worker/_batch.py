@@ -49,9 +49,10 @@ from .._model._errors import HandlerError
 from .._model._job import Job
 from .._model._payload import Payload
 from .._model._retries import RetryDirective
+from .._model._retry_policy import Retry
 from .._tasks._task import Task
 from ._batch_item import BatchCtx, BatchItem
-from ._job import _SETTLE_TIMEOUT, JobRunner, _failure_backoff
+from ._job import _SETTLE_TIMEOUT, JobRunner, _failure_directive
 from ._lease import JobRun, Phase
 from ._outcome import Settled, outcome_of, report_outcome
 
@@ -99,6 +100,8 @@ class BatchTarget:
     max_wait: float
     #: The registration's name in error messages.
     what: str
+    #: The task's own retry policy (None: the worker's).
+    retry: Retry | None = None
 
 
 def batch_target(
@@ -117,10 +120,10 @@ def batch_target(
                 f"task {task!r} is enqueued to queue {task.queue!r}, which this worker"
                 f" does not reserve from (queues: {list(queues)})"
             )
-        job_type, decode, timeout = task.job_type, task.decode, task.timeout
+        job_type, decode, timeout, retry = task.job_type, task.decode, task.timeout, task.retry
         what = f"the batch of task {task!r}"
     elif isinstance(task, str):
-        job_type, decode, timeout = check_str(task, "job_type"), None, None
+        job_type, decode, timeout, retry = check_str(task, "job_type"), None, None, None
         what = f"the batch of job type {task!r}"
     else:
         raise InvalidArgumentTypeError(
@@ -133,15 +136,16 @@ def batch_target(
             f"max_wait must be less than the worker's lease ({lease:g}s): a job"
             f" waiting for its batch has no heartbeat yet; got {max_wait}"
         )
-    return BatchTarget(job_type, decode, timeout, size, wait, what)
+    return BatchTarget(job_type, decode, timeout, size, wait, what, retry)
 
 
-def _failure(exc: Exception, ctx: Any) -> tuple[RetryDirective, str]:
-    """What ``exc`` raised by a handler asks for one job: the single-job rules."""
+def _failure(exc: Exception, ctx: Any, policy: Retry) -> tuple[RetryDirective, str]:
+    """What ``exc`` raised by a handler asks for one job: the single-job rules (a
+    :class:`HandlerError`'s own request, else ``policy``: the task's or the worker's)."""
     if isinstance(exc, HandlerError):
         return exc.directive, exc.reason
     return (
-        RetryDirective.after(_failure_backoff(ctx.attempt)),
+        _failure_directive(policy, ctx, exc),
         f"batch handler raised {type(exc).__name__}: {exc}",
     )
 
@@ -318,6 +322,10 @@ class BatchRunner(JobRunner):
                     self._job_finished(run, Settled.CANCELLED)
                 self._job_ended(run)
 
+    def _policy_of(self, run: JobRun) -> Retry:
+        """The retry policy of ``run``'s job type: its task's, else the worker's."""
+        return self._retries.get(run.ctx.job_type, self._retry)
+
     def _item(self, spec: BatchSpec, run: JobRun, job: Job) -> BatchItem[Any]:
         """``job``'s item; decided as dead-lettered when its payload does not decode."""
         if spec.decode is None:
@@ -349,14 +357,14 @@ class BatchRunner(JobRunner):
             failed = item._error
             if failed is not None:
                 run.error = failed
-                directive, reason = _failure(failed, run.ctx)
+                directive, reason = _failure(failed, run.ctx, self._policy_of(run))
             else:
                 directive, reason = item._directive, item._reason
         else:
             run.timed_out = timed_out
             if error is not None:
                 run.error = error
-                directive, reason = _failure(error, run.ctx)
+                directive, reason = _failure(error, run.ctx, self._policy_of(run))
         return self._verdict(run, None, directive, reason, limit)
 
     async def _settle_item(

@@ -88,9 +88,12 @@ thread, and ``run()`` does not return.
 
 Outcomes: a handler that returns acks; ``HandlerError.retry/retry_after/
 permanent`` nacks with that directive; any other exception, and a job type
-with no handler, nack with a backoff of ``min(2**attempt, 60)`` seconds (so a
-job is never burned through its attempts in a hot loop); ``job_timeout`` nacks
-for retry with reason "timed out". A job whose lease was lost is neither
+with no handler, nack under the retry policy (the task's ``retry``, else the worker's;
+by default a delay drawn below ``min(2**attempt, 60)`` seconds, so a job is never burned
+through its attempts in a hot loop; an exception of a ``dead_letter_on`` type
+dead-letters); ``job_timeout`` nacks for retry with reason "timed out". A job reserved
+past its ``sepp.expires_at`` deadline is not run: it is nacked dead-lettered with reason
+"expired". A job whose lease was lost is neither
 acked nor nacked. When the worker cancels a handler (lost lease, ``job_timeout``,
 ``drain_timeout``, :meth:`Worker.cancel_in_flight`) it sets a flag first, and the flag
 decides the outcome, whatever the handler does with the cancellation: one that swallows
@@ -156,6 +159,7 @@ from .._model._errors import (
 from .._model._groups import unwrap
 from .._model._job import JobCtx
 from .._model._payload import Payload
+from .._model._retry_policy import DEFAULT_RETRY, Retry
 from .._tasks._task import Task
 from .._tasks._task_call import typed_call
 from . import _lifespan
@@ -300,6 +304,11 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             failure is logged and changes nothing. For a job a shutdown released it runs
             shielded from the shutdown's cancellation, for at most 30 seconds, like the
             nack before it.
+        retry: the :class:`~sepp_anyio.Retry` policy of every handler whose task has none
+            of its own: the delay of the nack after a handler (or middleware) raised, and
+            the exception types it dead-letters at once; a job type with no handler is
+            retried after its delay too. None: ``Retry(backoff=2.0, factor=2.0,
+            max_delay=60.0, jitter="full")``.
 
     Raises:
         InvalidArgumentError: a bad argument, naming it (no queues, a queue name the server
@@ -333,6 +342,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         | None = None,
         middleware: Sequence[Middleware] = (),
         on_outcome: OutcomeHook | None = None,
+        retry: Retry | None = None,
     ) -> None:
         # One lane of the names (with max_in_flight and max_jobs), or the Lanes given;
         # queue names and counts by the same rules as Client.reserve's, checked now.
@@ -386,6 +396,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._catch_all_call: AsyncHandler | None = None
         # Per job type, a typed task's own timeout (it wins over job_timeout).
         self._timeouts: dict[str, float] = {}
+        # The retry policy of every handler, and per job type a typed task's own.
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidArgumentTypeError(
+                f"retry must be a sepp.Retry or None, got {type(retry).__name__}"
+            )
+        self._retry = DEFAULT_RETRY if retry is None else retry
+        self._retries: dict[str, Retry] = {}
         self._lifespan = _lifespan.check_lifespan(lifespan)
         self._middleware = check_middleware(middleware)
         self._on_outcome = check_outcome_hook(on_outcome)
@@ -482,6 +499,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._handlers[job_type] = fn
         self._calls[job_type] = call
         self._timeouts.pop(job_type, None)
+        self._retries.pop(job_type, None)
         return self
 
     def replace_handler(self, job_type: str, fn: Handler) -> Worker:
@@ -492,6 +510,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._calls[job_type] = call
         self._timeouts.pop(job_type, None)
         self._forget_batch(job_type)
+        self._retries.pop(job_type, None)
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
@@ -500,6 +519,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._forget_batch(job_type)
         self._calls.pop(job_type, None)
         self._timeouts.pop(job_type, None)
+        self._retries.pop(job_type, None)
         return self
 
     def task(
@@ -517,9 +537,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         payload that is not JSON or does not validate is dead-lettered on that attempt,
         with a reason naming the field (no retry can help it), and counted in
         ``statistics().nacked_dead_letter``. The task's ``timeout`` wins over the worker's
-        ``job_timeout``. For a job that asks for its result (``reply_to``), what the
-        function returns is validated against the task's result type and sent to the reply
-        queue before the job is acked (a value that does not validate fails the attempt).
+        ``job_timeout``, and its ``retry`` over the worker's ``retry``. For a job that asks
+        for its result (``reply_to``), what the function returns is validated against the
+        task's result type and sent to the reply queue before the job is acked (a value
+        that does not validate fails the attempt).
 
         Raises:
             DuplicateHandlerError: the job type already has a handler.
@@ -552,6 +573,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 self._timeouts[job_type] = task.timeout
             else:
                 self._timeouts.pop(job_type, None)
+            if task.retry is not None:
+                self._retries[job_type] = task.retry
+            else:
+                self._retries.pop(job_type, None)
             return fn
 
         return register
@@ -622,6 +647,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             self._handlers[job_type] = fn  # type: ignore[assignment]
             self._calls.pop(job_type, None)
             self._timeouts.pop(job_type, None)
+            if target.retry is not None:
+                self._retries[job_type] = target.retry
             self._batch_specs[job_type] = BatchSpec(
                 job_type, call, size, wait, target.decode, target.timeout
             )
@@ -768,6 +795,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
             reserve_errors=sum(lane.reserve_errors for lane in lanes),
             max_in_flight_seen=self._max_seen,
             lanes=lanes,
+            expired=sum(lane.expired for lane in lanes),
         )
 
     # ------------------------------------------------------------ health (a HealthSource)

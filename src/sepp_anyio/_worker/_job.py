@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -25,9 +26,11 @@ from .._model._errors import (
     JobNotFoundError,
     SeppError,
 )
+from .._model._expiry import EXPIRES_AT_KEY, NOT_AN_EXPIRY, expiry_of
 from .._model._job import Job, JobCtx, attach_enqueuer, attach_state, is_traced
 from .._model._results import REPLY_TO
 from .._model._retries import RetryDirective
+from .._model._retry_policy import Retry
 from ._accounting import LaneAccounts
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import LaneRun
@@ -38,6 +41,9 @@ from ._registry import AsyncHandler
 from ._replies import reply
 
 logger = logging.getLogger("sepp_anyio.worker")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
 # Upper bound on one ack or nack at the end of a job, shielded from
@@ -50,12 +56,38 @@ _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 # Every job task's name. One shared string: a name made per job (with its id) is one more
 # object alive per job in flight, and a job's log lines already carry its id.
 JOB_TASK_NAME = "sepp-anyio job"
-_MAX_FAILURE_BACKOFF = 60.0
+#: The nack reason of a job reserved past its ``sepp.expires_at``.
+EXPIRED_REASON = "expired"
 
 
-def _failure_backoff(attempt: int) -> float:
-    """Delay before a job whose handler crashed (or is missing) runs again."""
-    return float(min(2 ** min(attempt, 16), _MAX_FAILURE_BACKOFF))
+def _failure_directive(policy: Retry, ctx: JobCtx, error: Exception) -> RetryDirective:
+    """The nack of a job whose handler (or a middleware) raised ``error``, not a
+    ``HandlerError``, under ``policy``: dead-lettered when ``error`` is of a
+    ``dead_letter_on`` type, else retried after the policy's (jittered) delay."""
+    if policy.dead_letters(error):
+        return RetryDirective.dead_letter()
+    return RetryDirective.after(policy.delay(ctx.attempt))
+
+
+def _expired(run: JobRun, wall_clock: Callable[[], datetime]) -> bool:
+    """Whether ``run``'s job was reserved at or after its ``sepp.expires_at`` deadline on
+    the client's (server's) clock. A value under the key that is not an int cannot be
+    read as a deadline: the job runs, and a warning says why it was not checked."""
+    deadline = expiry_of(run.ctx.custom)
+    if deadline is None:
+        return False
+    if deadline is NOT_AN_EXPIRY:
+        value = run.ctx.custom[EXPIRES_AT_KEY]
+        run.log.warning(
+            "custom field %r is %r (a %s), not an int of milliseconds since the epoch;"
+            " the job runs without an expiry",
+            EXPIRES_AT_KEY,
+            value,
+            type(value).__name__,
+        )
+        return False
+    assert isinstance(deadline, int)
+    return (wall_clock() - _EPOCH) // _MS >= deadline
 
 
 def _stopped_here(run: JobRun, exc: BaseException) -> bool:
@@ -135,6 +167,8 @@ class JobRunner:
     _job_timeout: float | None
     _timeouts: dict[str, float]
     _calls: dict[str, AsyncHandler]
+    _retry: Retry
+    _retries: dict[str, Retry]
     _catch_all_call: AsyncHandler | None
     _middleware: tuple[Middleware, ...]
     _on_outcome: OutcomeHook | None
@@ -155,10 +189,13 @@ class JobRunner:
         group; its deadline is the job's timeout), then the settle and ``on_outcome``; last, the
         lane's bookkeeping.
 
-        The handler returns: ack; it raises ``HandlerError``: that directive; any other
-        ``Exception``: a nack with backoff; then the flags of whoever cancelled it decide
-        (:meth:`_verdict`). Cancellation from outside (``run()`` cancelled) and
-        non-``Exception`` errors propagate, the job unsettled. A handler without a scope of
+        A job reserved at or after its ``sepp.expires_at`` deadline is not run: it is
+        nacked dead-lettered with reason "expired" (``Settled.EXPIRED``). Otherwise: the
+        handler returns: ack; it raises ``HandlerError``: that directive; any other
+        ``Exception``: a nack under the retry policy (the task's, else the worker's);
+        then the flags of whoever cancelled it decide (:meth:`_verdict`). Cancellation
+        from outside (``run()`` cancelled) and non-``Exception`` errors propagate, the job
+        unsettled. A handler without a scope of
         its own is stopped by a shutdown cancelling this task: that cancellation is caught
         as it leaves the handler (:func:`_stopped_here`), the job is nacked and reported,
         shielded, and the cancellation is raised again at the end.
@@ -189,7 +226,21 @@ class JobRunner:
                     assert scope is not None
                     scope.deadline = anyio.current_time() + limit
                 handler = self._calls.get(ctx.job_type) or self._catch_all_call
-                if handler is None:
+                expired = EXPIRES_AT_KEY in ctx.custom and _expired(
+                    run, wall_clock_of(self._client)
+                )
+                if expired:
+                    # Past its deadline: not run; dead-lettered (below, bypassing _verdict:
+                    # no handler ran, so nothing was cancelled or failed).
+                    directive, reason = RetryDirective.dead_letter(), EXPIRED_REASON
+                    run.log.warning(
+                        "reserved at or after its deadline (custom %r = %s); dead-lettered"
+                        " without running",
+                        EXPIRES_AT_KEY,
+                        ctx.custom[EXPIRES_AT_KEY],
+                    )
+                    _otel.mark_error(span, "expired before it started")
+                elif handler is None:
                     directive, reason = self._unhandled(run, span)
                 else:
                     # Without a heartbeat (nothing to watch) no task group is made.
@@ -213,7 +264,9 @@ class JobRunner:
                                 directive, reason = exc.directive, exc.reason
                             except Exception as exc:
                                 run.error = exc
-                                directive = RetryDirective.after(_failure_backoff(ctx.attempt))
+                                directive = _failure_directive(
+                                    self._retries.get(ctx.job_type, self._retry), ctx, exc
+                                )
                                 reason = f"handler raised {type(exc).__name__}: {exc}"
                             except BaseException as exc:
                                 if not _stopped_here(run, exc):
@@ -235,14 +288,26 @@ class JobRunner:
                                 if timer is not None and not timer.discard(run):
                                     assert heartbeats is not None
                                     heartbeats.cancel_scope.cancel()
-                verdict = self._verdict(run, span, directive, reason, limit)
-                if verdict is None:
-                    outcome = Settled.LEASE_LOST
-                else:
+                if expired:
                     if REPLY_TO in ctx.custom:
-                        # Its result goes out before the settle (_replies).
-                        verdict = await reply(self._client, run, verdict, _SETTLE_TIMEOUT)
-                    outcome = await self._settle(run, *verdict)
+                        # The producer waiting for its result learns that it expired.
+                        await reply(
+                            self._client,
+                            run,
+                            (directive, reason, None),
+                            _SETTLE_TIMEOUT,
+                            expired=True,
+                        )
+                    outcome = await self._settle(run, directive, reason, None, expired=True)
+                else:
+                    verdict = self._verdict(run, span, directive, reason, limit)
+                    if verdict is None:
+                        outcome = Settled.LEASE_LOST
+                    else:
+                        if REPLY_TO in ctx.custom:
+                            # Its result goes out before the settle (_replies).
+                            verdict = await reply(self._client, run, verdict, _SETTLE_TIMEOUT)
+                        outcome = await self._settle(run, *verdict)
                 self._job_finished(run, outcome)
                 if self._on_outcome is not None:
                     report = report_outcome(
@@ -338,11 +403,11 @@ class JobRunner:
             self._job_done.set()
             self._job_done = anyio.Event()
 
-    @staticmethod
-    def _unhandled(run: JobRun, span: Any) -> tuple[RetryDirective, str]:
-        """The nack of a job whose type has no handler (and there is no catch-all)."""
+    def _unhandled(self, run: JobRun, span: Any) -> tuple[RetryDirective, str]:
+        """The nack of a job whose type has no handler (and there is no catch-all): retried
+        after the worker's retry policy's delay."""
         ctx = run.ctx
-        delay = _failure_backoff(ctx.attempt)
+        delay = self._retry.delay(ctx.attempt)
         run.log.warning("no handler registered for this job type; %s", _then_retry(ctx, delay))
         _otel.mark_error(span, "no handler registered for the job type")
         return RetryDirective.after(delay), f"no handler registered for job_type {ctx.job_type!r}"
@@ -380,12 +445,12 @@ class JobRunner:
                 _otel.mark_error(span, str(error), error)
                 return directive, reason, _handler_asked(error, ctx)
             else:
-                run.log.error(
-                    "handler raised %s; %s",
-                    type(error).__name__,
-                    _then_retry(ctx, _failure_backoff(ctx.attempt)),
-                    exc_info=error,
-                )
+                assert directive is not None
+                if directive.kind == "dead_letter":
+                    then = "its type is in the retry policy's dead_letter_on: dead-lettered"
+                else:
+                    then = _then_retry(ctx, directive.delay or 0.0)
+                run.log.error("handler raised %s; %s", type(error).__name__, then, exc_info=error)
                 _otel.mark_error(span, f"handler raised {type(error).__name__}", error)
         if run.lease_lost:
             # The job may already belong to another worker: it is not settled here.
@@ -450,14 +515,18 @@ class JobRunner:
         directive: RetryDirective | None,
         reason: str,
         asked: tuple[str, str] | None,
+        *,
+        expired: bool = False,
     ) -> Settled:
         """Ack (``directive`` None) or nack, shielded from cancellation, bounded in time.
 
         ``asked``: what a :class:`HandlerError` asked for and what follows, in words, for
         the nack's one line (which says both that and what became of the nack).
+        ``expired``: the nack dead-letters a job reserved past its deadline.
 
-        Returns the outcome: ``ACK``, ``RETRY``, ``DEAD_LETTER`` or ``SETTLE_FAILED``
-        (logged; the job will be redelivered).
+        Returns the outcome: ``ACK``, ``RETRY``, ``DEAD_LETTER``, ``EXPIRED`` (an expired
+        job's nack was answered) or ``SETTLE_FAILED`` (logged; the job will be
+        redelivered).
         """
         ctx = run.ctx
         lane: LaneRun = run.lane
@@ -476,6 +545,9 @@ class JobRunner:
                     return Settled.ACK
                 await self._wait_for_cancelled_reserve(lane)
                 dead = await self._client.nack(ctx, directive, reason)
+                if expired:
+                    accounts.expired(ctx.job_type)
+                    return Settled.EXPIRED
                 outcome = Settled.DEAD_LETTER if dead else Settled.RETRY
                 accounts.nacked(ctx.job_type, dead=dead)
                 if dead:

@@ -197,6 +197,9 @@ class LaneStatistics:
     reserves: int
     reserve_errors: int
     max_in_flight_seen: int
+    #: Jobs reserved past their deadline and dead-lettered unrun (also counted in
+    #: ``nacked_dead_letter``).
+    expired: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -233,6 +236,7 @@ class LaneRun:
     nacked_dead: int = 0
     lease_lost: int = 0
     settle_errors: int = 0
+    expired: int = 0
     reserves: int = 0
     reserve_errors: int = 0
     max_seen: int = 0
@@ -256,4 +260,5 @@ class LaneRun:
             reserves=self.reserves,
             reserve_errors=self.reserve_errors,
             max_in_flight_seen=self.max_seen,
+            expired=self.expired,
         )

@@ -44,6 +44,8 @@ class Settled(enum.StrEnum):
     RETRY = "retry"
     #: Nacked, and the server dead-lettered it.
     DEAD_LETTER = "dead_letter"
+    #: Reserved past its ``sepp.expires_at`` deadline: not run, nacked dead-lettered.
+    EXPIRED = "expired"
     #: The ack or nack failed or timed out.
     SETTLE_FAILED = "settle_failed"
     #: Not settled: the lease was lost while the handler ran.
@@ -74,6 +76,10 @@ class Outcome(enum.Enum):
     #: The ack or nack itself failed (a silently expired lease, the server unreachable
     #: within the settle timeout): the server redelivers the job after its lease.
     SETTLE_FAILED = "settle_failed"
+    #: The job was reserved at or after its deadline (``Task(expires=)``,
+    #: ``EnqueueRequest(expires_at=)``, custom ``sepp.expires_at``): its handler did not
+    #: run, and it was dead-lettered with reason ``"expired"``.
+    EXPIRED = "expired"
 
 
 #: ``on_outcome(ctx, outcome, error)``: ``async def`` or plain ``def`` (a plain one runs on
@@ -121,6 +127,7 @@ async def report_outcome(
 _SETTLED = {
     Settled.ACK: Outcome.ACKED,
     Settled.DEAD_LETTER: Outcome.DEAD_LETTERED,
+    Settled.EXPIRED: Outcome.EXPIRED,
     Settled.SETTLE_FAILED: Outcome.SETTLE_FAILED,
     Settled.LEASE_LOST: Outcome.LEASE_LOST,
 }

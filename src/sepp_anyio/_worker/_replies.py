@@ -46,9 +46,11 @@ _NULL = b"null"
 Verdict = tuple[RetryDirective | None, str, tuple[str, str] | None]
 
 
-def _failure(run: JobRun, reason: str) -> tuple[str, str]:
+def _failure(run: JobRun, reason: str, expired: bool) -> tuple[str, str]:
     """The failure's ``(type, message)``: the handler's exception when it decided, else
-    what stopped the job (a timeout, a shutdown, no handler)."""
+    what stopped the job (its deadline, a timeout, a shutdown, no handler)."""
+    if expired:
+        return "JobExpired", "the job was reserved after its deadline (sepp.expires_at)"
     error = run.error
     cancelled = run.lease_lost or run.timed_out or run.stop_reason is not None
     if error is not None and not cancelled:
@@ -75,12 +77,15 @@ async def _send(client: Client, ctx: JobCtx, queue: str, payload: Payload) -> No
     )
 
 
-async def reply(client: Client, run: JobRun, verdict: Verdict, limit: float) -> Verdict:
+async def reply(
+    client: Client, run: JobRun, verdict: Verdict, limit: float, *, expired: bool = False
+) -> Verdict:
     """Send ``run``'s result to its reply queue, if it names one and the verdict is
     final; return the verdict to settle (a nack for retry when a value could not be sent).
 
     Shielded from cancellation (the verdict is decided, as for the settle that follows)
-    and bounded by ``limit`` seconds.
+    and bounded by ``limit`` seconds. ``expired``: the job was not run, being past its
+    deadline (its failure says so).
     """
     ctx = run.ctx
     queue = ctx.custom.get(REPLY_TO)
@@ -90,7 +95,7 @@ async def reply(client: Client, run: JobRun, verdict: Verdict, limit: float) -> 
     if directive is None:
         payload = success_payload(result_of(ctx) or _NULL)
     elif directive.kind == "dead_letter" or ctx.attempt >= ctx.max_attempts:
-        payload = failure_payload(*_failure(run, reason))
+        payload = failure_payload(*_failure(run, reason, expired))
     else:
         return verdict
     problem = f"did not finish within {limit:g}s"

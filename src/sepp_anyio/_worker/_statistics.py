@@ -34,3 +34,6 @@ class WorkerStatistics:
     max_in_flight_seen: int
     #: The same counters per lane, in the worker's order of lanes.
     lanes: tuple[LaneStatistics, ...] = ()
+    #: Jobs reserved past their deadline and dead-lettered unrun (also counted in
+    #: ``nacked_dead_letter``).
+    expired: int = 0
