@@ -36,6 +36,8 @@ from ._helpers import QUEUE, EngineSpy, nack_kind, running
 pytestmark = pytest.mark.anyio
 
 RawItems = list[BatchItem[Payload | None]]
+#: The backoff for failed attempts without jitter, so that nacks can be compared exactly.
+EXACT = sepp.Retry(backoff=2.0, factor=2.0, max_delay=60.0, jitter=None)
 
 
 @dataclass(eq=False)
@@ -89,7 +91,9 @@ async def test_a_batch_of_mixed_outcomes_with_one_lost_lease() -> None:
         spy.reject["extend"] = lambda request: (
             EngineError(StatusCode.NOT_FOUND, "gone") if request.job_id == lost else None
         )
-        worker = Worker(client, [QUEUE], lease=3.0, auto_extend=True, on_outcome=outcomes.hook)
+        worker = Worker(
+            client, [QUEUE], lease=3.0, auto_extend=True, on_outcome=outcomes.hook, retry=EXACT
+        )
         calls: list[list[int]] = []
         lost_flags: list[bool] = []
 
@@ -221,7 +225,7 @@ async def test_an_exception_settles_every_undecided_item_as_it_would_one_job(
     async with open_in_memory_client() as (client, engine):
         spy = EngineSpy(engine)
         ids = await _enqueue(client, 4)
-        worker = Worker(client, [QUEUE], on_outcome=outcomes.hook)
+        worker = Worker(client, [QUEUE], on_outcome=outcomes.hook, retry=EXACT)
 
         @worker.batch("t", max_size=4, max_wait=1.0)
         async def handle(items: RawItems, ctx: BatchCtx) -> None:

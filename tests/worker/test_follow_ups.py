@@ -5,6 +5,7 @@ child continues the parent's trace; bad keys are refused. Both backends, virtual
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -19,6 +20,7 @@ from sepp_anyio import (
     Task,
     TraceContext,
     Worker,
+    _otel,
 )
 from sepp_anyio.server import EngineError
 from sepp_anyio.testing import open_in_memory_client
@@ -135,8 +137,19 @@ async def test_the_key_is_derived_from_the_parent_id_and_the_child_continues_its
         )
     assert len(children) == 4
     assert again.deduplicated
-    # No SDK is installed in these tests: the child carries the parent's trace context.
-    assert {job.ctx.trace_context for job in children} == {TRACE}
+    # The child continues the parent's trace: without an OpenTelemetry SDK it carries the
+    # parent's own context; with one (another test of this process may have installed it)
+    # the parent's process span: one trace per parent, shared by its children.
+    if not _otel.tracing():
+        assert {job.ctx.trace_context for job in children} == {TRACE}
+    else:
+        traces: dict[int | None, set[str]] = {}
+        for job in children:
+            context = job.ctx.trace_context
+            assert context is not None
+            order = json.loads(job.payload.data)["order"] if job.payload else None
+            traces.setdefault(order, set()).add(context.traceparent.split("-")[1])
+        assert sorted(len(ids) for ids in traces.values()) == [1, 1]
 
 
 async def test_bad_follow_ups_are_refused_before_anything_is_sent() -> None:
