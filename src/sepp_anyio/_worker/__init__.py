@@ -7,7 +7,8 @@ one accounting sink for statistics, Prometheus and OpenTelemetry (:mod:`._accoun
 :mod:`._statistics`), the lanes (:mod:`._lane`), a job's lease and heartbeats
 (:mod:`._lease`, :mod:`._heartbeat_timer`), the lifespan (:mod:`._lifespan`), middleware
 (:mod:`._middleware`), the outcome hook (:mod:`._outcome`), batch handlers
-(:mod:`._batch`, :mod:`._batch_item`) and results sent to a producer (:mod:`._replies`).
+(:mod:`._batch`, :mod:`._batch_item`), crons (:mod:`._crons`) and results sent to a producer
+(:mod:`._replies`).
 Everything public is re-exported by ``sepp_anyio`` itself.
 """
 

@@ -147,7 +147,7 @@ import anyio.to_thread
 
 from .. import _otel
 from .._client import Client
-from .._cron import Cron, run_cron
+from .._cron import Cron
 from .._health import LaneProbe, MetricsRegistry, WorkerHealth
 from .._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from .._logcontext import job_log_records
@@ -166,6 +166,7 @@ from . import _lifespan
 from ._accounting import LaneAccounts
 from ._batch import BatchCall, BatchCollector, BatchSpec, batch_target
 from ._batch_item import BatchCtx, BatchItem
+from ._crons import checked_cron, start_crons
 from ._heartbeat_timer import HeartbeatTimer
 from ._lane import Lane, LaneRun, lanes_of
 from ._lease import JobRun
@@ -689,37 +690,13 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 keys would collide).
             RuntimeError: the worker is running (register crons before :meth:`run`).
         """
-        if not isinstance(cron, Cron):
-            raise InvalidArgumentTypeError(
-                f"cron must be a sepp_anyio.Cron, got {type(cron).__name__}"
-            )
-        if self._running:
-            raise RuntimeError("register crons before run(): this worker is running")
-        if any(known.name == cron.name for known in self._crons):
-            raise InvalidArgumentError(
-                f"a cron named {cron.name!r} is already registered: their idempotency keys"
-                " would collide (give one of them another name=)"
-            )
-        self._crons.append(cron)
+        self._crons.append(checked_cron(cron, self._crons, self._running))
         return self
 
     @property
     def crons(self) -> tuple[Cron[Any], ...]:
         """The registered crons, in registration order."""
         return tuple(self._crons)
-
-    async def _start_crons(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
-        """Start the crons' scheduler in ``tg``; cancelling the returned scope stops it."""
-        scope = anyio.CancelScope()
-        if self._crons:
-            crons = list(self._crons)
-
-            async def schedule(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-                with scope:
-                    await run_cron(self._client, crons, task_status=task_status)
-
-            await tg.start(schedule, name=f"sepp cron scheduler of {self.worker_id}")
-        return scope
 
     # ------------------------------------------------------------ control
 
@@ -930,7 +907,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     anyio.create_task_group() as tg,
                 ):
                     self._tg = tg
-                    crons = await self._start_crons(tg)
+                    crons = await start_crons(tg, self._client, self._crons, self.worker_id)
                     self._start_batches(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
                     self._health.mark_started()
