@@ -44,7 +44,10 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 64 * MiB),
     ("grpc.max_send_message_length", 64 * MiB),
     ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
+    # grpcio also takes this as the time a connection attempt may take (until the server's
+    # SETTINGS): at 50 ms, a loaded machine failed calls with "connection attempt timed out
+    # before receiving SETTINGS frame". The pause between attempts is the backoff above.
+    ("grpc.min_reconnect_backoff_ms", 10_000),
     ("grpc.max_reconnect_backoff_ms", 200),
     # One connection per channel, not one shared through grpcio's global subchannel pool.
     ("grpc.use_local_subchannel_pool", 1),
