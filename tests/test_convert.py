@@ -934,7 +934,7 @@ def test_job_from_pb_attaches_a_lease() -> None:
             made.append(ctx)
             self.known_expiry = ctx.lease_expires_at
 
-        async def extend(self, seconds: float) -> datetime:
+        async def extend(self, ctx: JobCtx, seconds: float) -> datetime:
             return self.known_expiry + timedelta(seconds=seconds)
 
     jobs, errors = cv.jobs_from_pb(

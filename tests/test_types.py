@@ -626,7 +626,7 @@ class FakeLease:
         self.known_expiry = now + timedelta(seconds=30)
         self.calls: list[float] = []
 
-    async def extend(self, seconds: float) -> datetime:
+    async def extend(self, ctx: JobCtx, seconds: float) -> datetime:
         self.calls.append(seconds)
         granted = seconds if self.cap is None else min(seconds, self.cap)
         return self.now + timedelta(seconds=granted)

@@ -146,17 +146,18 @@ def _check_ctx(ctx: object) -> None:
 class _Lease:
     """The lease behind a reserved job's :class:`JobCtx` (see ``JobCtx.extend``)."""
 
-    __slots__ = ("_client", "_ctx", "known_expiry")
+    # Not the context: the context holds the lease, and a lease holding the context would
+    # be a reference cycle per job for the garbage collector (see _LeaseLike.extend).
+    __slots__ = ("_client", "known_expiry")
 
     def __init__(self, client: Client, ctx: JobCtx) -> None:
         self._client = client
-        self._ctx = ctx
         # Starts at the *granted* expiry of the reserve, which the server may
         # have clamped below the lease that was asked for.
         self.known_expiry: datetime = ctx.lease_expires_at
 
-    async def extend(self, seconds: float) -> datetime:
-        return await self._client.extend(self._ctx, seconds)
+    async def extend(self, ctx: JobCtx, seconds: float) -> datetime:
+        return await self._client.extend(ctx, seconds)
 
 
 class Client:

@@ -60,8 +60,13 @@ class _LeaseLike(Protocol):
     #: The lease expiry as last confirmed by the server.
     known_expiry: datetime
 
-    async def extend(self, seconds: float) -> datetime:
-        """Extend the lease to ``seconds`` from now; return the server's new expiry."""
+    async def extend(self, ctx: JobCtx[Any], seconds: float) -> datetime:
+        """Extend the lease of ``ctx`` (the context it is attached to) to ``seconds`` from
+        now; return the server's new expiry.
+
+        The context is passed in rather than kept: a lease that kept its context would make
+        a reference cycle of the two, left for the garbage collector to find, per job.
+        """
         ...
 
 
@@ -176,7 +181,7 @@ class JobCtx(Generic[StateT_co]):
                 f"JobCtx for job {self.id!r} has no lease attached; only contexts returned "
                 "by Client.reserve() (or given to a Worker handler) can be extended"
             )
-        expiry = await lease.extend(seconds)
+        expiry = await lease.extend(self, seconds)
         lease.known_expiry = expiry
         self.lease_expires_at = expiry
         return expiry
