@@ -30,7 +30,7 @@ PACKAGE = "sepp_anyio"
 #: package itself). A module may import its own tier and lower ones only.
 TIERS: list[frozenset[str]] = [
     # Leaves: import nothing of the package (``_otel`` only the version string).
-    frozenset({"_version", "_proto", "_bucket", "_http2", "_otel"}),
+    frozenset({"_version", "_proto", "_bucket", "_http2", "_otel", "_io"}),
     # The public data model: types, errors, rejections, limits, codecs, checks.
     frozenset({"_model"}),
     # Plain helpers on the model: the logging context, the public <-> protobuf mapping,
@@ -55,6 +55,7 @@ TIERS: list[frozenset[str]] = [
 ONLY: Mapping[str, frozenset[str]] = {
     "_http2": frozenset({"_bucket"}),
     "_bucket": frozenset(),
+    "_io": frozenset(),
     "_proto": frozenset(),
     "_otel": frozenset({"_version"}),
     "_logcontext": frozenset({"_model"}),
@@ -66,6 +67,7 @@ ONLY: Mapping[str, frozenset[str]] = {
             "_wire",
             "_proto",
             "_http2",
+            "_io",
             "_version",
         }
     ),

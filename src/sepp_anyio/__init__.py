@@ -9,14 +9,15 @@ the underscored modules are private.
 # both; imports under TYPE_CHECKING count for the tiers, not for cycles):
 #
 #   0. leaves, importing nothing of the package: _version, _proto (generated),
-#      _bucket (the token bucket), _http2 (sans-IO HTTP/2; only _bucket), _otel (plain
-#      values in and out; only _version);
+#      _bucket (the token bucket), _http2 (sans-IO HTTP/2; only _bucket), _io (byte
+#      streams on asyncio's and trio's own primitives), _otel (plain values in and
+#      out; only _version);
 #   1. _model: the public data model (types, errors, rejections, limits, payload
 #      codecs, the validation rules in _checks);
 #   2. _logcontext (only _model), _wire (public <-> protobuf, the compiled codecs),
 #      _grpc (sans-IO gRPC over HTTP/2 for both roles: only _model);
 #   3. _transport (gRPC over HTTP/2 under the client) and server (the reference
-#      server: only _model, _grpc, _wire, _proto, _http2 and _version);
+#      server: only _model, _grpc, _wire, _proto, _http2, _io and _version);
 #   4. the client package _client (client, connect, retry);
 #   5. what is built on the client alone: _tasks (typed tasks), _cron, _health;
 #   6. _worker (the worker package: facade, lanes, leases, lifespan, middleware,

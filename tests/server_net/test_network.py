@@ -420,3 +420,27 @@ async def test_network_server_over_a_running_engine(queue: str) -> None:
                 assert await client.reserve([queue], lease=5.0, wait=30.0) == []
             # Other RPCs keep working until the engine is left.
             assert (await client.server_info()).version == sepp.__version__
+
+
+async def test_connections_are_served_on_the_backends_own_streams(
+    anyio_backend: str, queue: str
+) -> None:
+    """Accepted connections run on the streams of ``sepp_anyio._io`` (what makes the
+    server's reads and writes cheap), and stopping ends the accept waiting for the next."""
+    from sepp_anyio._io import EagerStream
+    from sepp_anyio._io._asyncio_stream import AsyncioStream
+    from sepp_anyio._io._trio_stream import TrioStream
+
+    async with Engine() as engine, NetworkServer(engine, port=0) as network:
+        async with sepp.connect(network.address) as client:
+            await client.enqueue(_request(queue))
+            (connection,) = network.connections
+            stream = connection._stream
+            assert isinstance(stream, EagerStream)
+            assert isinstance(stream, AsyncioStream) is (anyio_backend == "asyncio")
+            assert isinstance(stream, TrioStream) is (anyio_backend == "trio")
+            assert connection._fair_reads
+        port = network.port
+    # The listening socket is closed: a new connection is refused.
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
+        pass

@@ -8,6 +8,7 @@ runs on both.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import struct
@@ -16,18 +17,19 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 import trustme
 from anyio.streams.tls import TLSAttribute, TLSStream
 
-from sepp_anyio._transport._asyncio_stream import (
+from sepp_anyio._io._asyncio_stream import (
     _HIGH_WATER,
     _READ_BUFFER,
     AsyncioStream,
     connect_asyncio_tcp,
 )
+from sepp_anyio._io._trio_stream import TrioStream
 from sepp_anyio._transport._dial import dial
-from sepp_anyio._transport._trio_stream import TrioStream
 from tests.reliability._wait import eventually
 from tests.support.servers import pattern_bytes
 
@@ -232,3 +234,95 @@ async def test_dial_picks_the_backends_stream(anyio_backend: str) -> None:
             assert isinstance(stream, anyio.abc.ByteStream)
         finally:
             await stream.aclose()
+
+
+@asyncio_only
+async def test_pump_hands_input_to_the_handler_in_asyncios_callback() -> None:
+    """Input goes to the handler as it is read, outside any task; once the handler says
+    stop, pump returns and what comes later waits for the next receive."""
+    async with connected_pair() as (ours, peer):
+        seen: list[tuple[bytes, bool]] = []
+
+        def handler(data: bytes) -> bool:
+            seen.append((data, asyncio.current_task() is None))
+            return data != b"stop"
+
+        async with anyio.create_task_group() as tg:
+
+            async def pump() -> None:
+                with anyio.fail_after(10):
+                    await ours.pump(handler)
+
+            tg.start_soon(pump)
+            await peer.send(b"one")
+            await eventually(lambda: len(seen) == 1, within=10, what="the first read")
+            await peer.send(b"stop")
+        assert seen == [(b"one", True), (b"stop", True)]
+        await peer.send(b"later")
+        assert await _receive_all(ours, 5) == b"later"
+        assert len(seen) == 2
+
+
+@asyncio_only
+async def test_pump_gives_queued_input_first_and_raises_what_the_handler_raised() -> None:
+    async with connected_pair() as (ours, peer):
+        await peer.send(b"queued")
+        await eventually(lambda: ours.unread_bytes == 6, within=10, what="the input")
+        seen: list[bytes] = []
+
+        def handler(data: bytes) -> bool:
+            seen.append(data)
+            if data == b"boom":
+                raise LookupError("from the handler")
+            return True
+
+        async with anyio.create_task_group() as tg:
+
+            async def send_boom() -> None:
+                await eventually(lambda: len(seen) == 1, within=10, what="the queued input")
+                await peer.send(b"boom")
+
+            tg.start_soon(send_boom)
+            with anyio.fail_after(10), pytest.raises(LookupError, match="from the handler"):
+                await ours.pump(handler)
+        assert seen == [b"queued", b"boom"]
+
+
+@asyncio_only
+async def test_pump_ends_with_the_connection() -> None:
+    async with connected_pair() as (ours, peer):
+        await peer.aclose()
+        with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):
+            await ours.pump(lambda data: True)
+
+
+@asyncio_only
+async def test_receives_that_find_input_waiting_yield_now_and_then() -> None:
+    """A peer that keeps the socket full must not starve the other tasks: a run of
+    receives that never wait yields to the loop every few of them."""
+    payload = pattern_bytes(_HIGH_WATER)
+    async with connected_pair() as (ours, peer):
+        await peer.send(payload)
+        await eventually(
+            lambda: ours.unread_bytes == len(payload), within=10, what="the input to arrive"
+        )
+        ticks = 0
+        stop = False
+
+        async def other_task() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_task)
+            await anyio.lowlevel.checkpoint()
+            before = ticks
+            received = 0
+            for _ in range(64):  # 64 receives of 1 KiB, all of them waiting in memory
+                received += len(await ours.receive(1024))
+            during = ticks - before
+            stop = True
+        assert received == 64 * 1024
+        assert 2 <= during <= 8

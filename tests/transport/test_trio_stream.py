@@ -19,7 +19,7 @@ import pytest
 import trustme
 from anyio.streams.tls import TLSAttribute, TLSStream
 
-from sepp_anyio._transport._trio_stream import TrioStream, connect_trio_tcp
+from sepp_anyio._io._trio_stream import TrioStream, connect_trio_tcp
 from tests.reliability._wait import eventually
 from tests.support.servers import pattern_bytes
 

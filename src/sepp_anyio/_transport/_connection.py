@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -50,6 +50,7 @@ from .._grpc import (
     MessageTooLargeError,
 )
 from .._http2 import ErrorCode
+from .._io import EagerStream, PumpStream
 from .._model._error_root import StatusCode
 from ._native import ANYIO, Native, Waiter
 
@@ -81,21 +82,6 @@ _READ_SIZE = 1 << 18
 # header (9) from anything else, and to quote the first line of a text reply.
 _FIRST_BYTES = 64
 _NO_SCOPE = contextlib.nullcontext()
-
-
-@runtime_checkable
-class EagerStream(Protocol):
-    """A byte stream that can write without an await when the kernel takes the bytes at
-    once: ours on asyncio (``_asyncio_stream``) and on trio (``_trio_stream``)."""
-
-    def write_now(self, data: bytes) -> bool:
-        """Write ``data`` (what the kernel does not take now stays queued, in order);
-        True when nothing is left to wait for."""
-        ...
-
-    async def drained(self) -> None:
-        """Wait until what :meth:`write_now` queued is written."""
-        ...
 
 
 _RST_TO_STATUS = {
@@ -543,15 +529,17 @@ class Connection:
     async def _read_loop(self) -> None:
         h2conn = self.h2
         receive = self._stream.receive
-        dispatch = self._dispatch
-        now = self.native.now
+        pump = self._stream.pump if isinstance(self._stream, PumpStream) else None
+        consume = self._consume
         try:
             while True:
-                data = await receive(_READ_SIZE)
-                if len(self.first_bytes) < _FIRST_BYTES:
-                    self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
-                for event in h2conn.receive_data(data, now()):
-                    dispatch(event)
+                if pump is not None:
+                    # Input is parsed in the transport's callback (see _pumped), and
+                    # this task is woken only for what needs it: a flush that waits,
+                    # the output over its bound, a protocol error.
+                    await pump(self._pumped)
+                else:
+                    consume(await receive(_READ_SIZE))
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
                 # Unshielded: the reader is only cancelled when the whole
                 # connection is being torn down, and then a cut write is moot.
@@ -566,6 +554,32 @@ class Connection:
             self.fail(self._not_http2() or self.unavailable("connection closed by the server"))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self._not_http2() or self.unavailable(f"connection lost: {exc!r}"))
+
+    def _consume(self, data: bytes) -> None:
+        """Feed what was read to the HTTP/2 connection and dispatch its events."""
+        if len(self.first_bytes) < _FIRST_BYTES:
+            self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
+        dispatch = self._dispatch
+        for event in self.h2.receive_data(data, self.native.now()):
+            dispatch(event)
+
+    def _pumped(self, data: bytes) -> bool:
+        """:meth:`_consume` from the transport's read callback; False when the reader's
+        task must take over (see :meth:`_read_loop`)."""
+        self._consume(data)
+        h2conn = self.h2
+        if self._terminated is not None or h2conn.should_pause_reading:
+            return False
+        if not h2conn.pending_output_bytes or self.failure is not None:
+            return True
+        eager = self._eager
+        if eager is None or self._flushing or len(self.calls) > 1:
+            return False  # flush() coalesces, or another write is in progress
+        try:
+            return eager.write_now(h2conn.data_to_send())
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
+            return False
 
     def _not_http2(self) -> GrpcError | None:
         """The error to report if the server's first bytes were not HTTP/2 at all (an

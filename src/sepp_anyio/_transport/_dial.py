@@ -10,7 +10,7 @@ import anyio.abc
 import anyio.lowlevel
 from anyio.streams.tls import TLSStream
 
-from ._asyncio_stream import connect_asyncio_tcp
+from .._io._asyncio_stream import connect_asyncio_tcp
 
 if TYPE_CHECKING:
     import ssl
@@ -23,9 +23,9 @@ async def dial(
 ) -> anyio.abc.ByteStream:
     """A connected stream to ``host:port``, wrapped in TLS when ``ssl_context`` is given.
 
-    On asyncio the stream is :class:`~._asyncio_stream.AsyncioStream` (asyncio's
+    On asyncio the stream is :class:`~sepp_anyio._io._asyncio_stream.AsyncioStream` (asyncio's
     own transport, much cheaper per read and write), on trio
-    :class:`~._trio_stream.TrioStream` (trio's low-level socket waits, for the same
+    :class:`~sepp_anyio._io._trio_stream.TrioStream` (trio's low-level socket waits, for the same
     reason); on any other backend it is :func:`anyio.connect_tcp`'s. TLS is
     :class:`anyio.streams.tls.TLSStream` on all of them, without the close_notify
     exchange (gRPC frames its own messages, and servers often drop the link without
@@ -44,7 +44,7 @@ async def dial(
         stream = await connect_asyncio_tcp(host, port)
     elif type(loop).__module__.partition(".")[0] == "trio":  # a trio.lowlevel.TrioToken
         # Imported here: trio is an optional dependency.
-        from ._trio_stream import connect_trio_tcp
+        from .._io._trio_stream import connect_trio_tcp
 
         stream = await connect_trio_tcp(host, port)
     else:

@@ -56,10 +56,11 @@ from typing import Any, Literal, Self, final
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSStream
 
 from sepp_anyio._http2 import Limits
+from sepp_anyio._io import EagerStream
 
 from .._config._config import ServerConfig
 from .._console import open_configured_console
@@ -67,6 +68,7 @@ from .._engine._clock import Clock
 from .._engine._engine import Engine
 from .._errors import ConfigError
 from .._store._store import Store
+from ._accept import Acceptor, open_acceptor
 from ._admission import Admission, Refusal, Slot
 from ._netlimits import NetworkLimits, http2_limits, network_limits
 from ._reqbytes import RequestBytes
@@ -170,7 +172,7 @@ async def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _close_quietly(stream: SocketStream) -> None:
+async def _close_quietly(stream: anyio.abc.ByteStream) -> None:
     """Close a socket the server will not serve (shielded, bounded, errors ignored)."""
     with (
         anyio.CancelScope(shield=True),
@@ -282,7 +284,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         sock = await _listening_socket(self._host, self._requested_port)
         host, port = sock.getsockname()[:2]
         try:
-            listener = await SocketListener.from_socket(sock)
+            listener = await open_acceptor(sock)
         except BaseException:
             sock.close()
             raise
@@ -303,7 +305,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
 
     async def _accept_loop(
         self,
-        listener: SocketListener,
+        listener: Acceptor,
         scope: anyio.CancelScope,
         tg: TaskGroup,
         routes: Mapping[str, Route],
@@ -333,7 +335,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                     continue
                 tg.start_soon(self._serve_one_shielded, raw, slot, routes, codec)
 
-    async def _admit(self, raw: SocketStream) -> Slot | None:
+    async def _admit(self, raw: anyio.abc.ByteStream) -> Slot | None:
         """A slot for the accepted ``raw`` (evicting another connection if a cap is full),
         waiting while the server is full of busy connections; None if its address is."""
         address = raw.extra(SocketAttribute.remote_address)
@@ -353,7 +355,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
 
     async def _serve_one_shielded(
         self,
-        raw: SocketStream,
+        raw: anyio.abc.ByteStream,
         slot: Slot,
         routes: Mapping[str, Route],
         codec: MessageCodec,
@@ -371,7 +373,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
 
     async def _serve_one(
         self,
-        raw: SocketStream,
+        raw: anyio.abc.ByteStream,
         slot: Slot,
         routes: Mapping[str, Route],
         codec: MessageCodec,
@@ -414,6 +416,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                 peer=ip,
                 request_bytes=self._request_bytes,
                 on_idle=self._admission.wake,
+                fair_reads=isinstance(raw, EagerStream),
             )
             self._admission.attach(slot, connection)
             self._connections.add(connection)
@@ -431,7 +434,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                 with contextlib.suppress(Exception):
                     await raw.aclose()
 
-    async def _stop(self, listener: SocketListener, accept_scope: anyio.CancelScope) -> None:
+    async def _stop(self, listener: Acceptor, accept_scope: anyio.CancelScope) -> None:
         self._engine.shutdown()
         self._stopping = True
         accept_scope.cancel()

@@ -83,6 +83,7 @@ from sepp_anyio._http2 import (
     TrailersReceived,
     WindowUpdated,
 )
+from sepp_anyio._io import EagerStream
 from sepp_anyio._model._error_root import StatusCode
 
 from ._call import CallGone, ServerCall
@@ -128,6 +129,9 @@ class ServedConnection:
             this connection's own, capped at ``net.max_buffered_request_bytes``).
         on_idle: called (synchronously) each time the last call in progress ends, so that
             the server's admission can see that this connection may be evicted now.
+        fair_reads: the stream yields to the other tasks by itself after a run of receives
+            that found input waiting (ours do, see :mod:`sepp_anyio._io`), so the reader
+            need not yield after every chunk.
     """
 
     def __init__(
@@ -142,8 +146,12 @@ class ServedConnection:
         clock: Callable[[], float] = anyio.current_time,
         request_bytes: RequestBytes | None = None,
         on_idle: Callable[[], None] | None = None,
+        fair_reads: bool = False,
     ) -> None:
         self.h2 = Connection(client_side=False, limits=limits)
+        # Our own streams write without an await when the kernel takes the bytes at once.
+        self._eager = stream if isinstance(stream, EagerStream) else None
+        self._fair_reads = fair_reads
         self._on_idle = on_idle
         self._stream = stream
         self._routes = routes
@@ -324,8 +332,9 @@ class ServedConnection:
                 self._last_read = now
                 self._dispatch(h2.receive_data(data, now))
                 self._flush()
-                # One busy connection must not starve the others.
-                await anyio.lowlevel.checkpoint()
+                if not self._fair_reads:
+                    # One busy connection must not starve the others.
+                    await anyio.lowlevel.checkpoint()
         for call in list(self._calls.values()):
             if h2.closed:
                 call.on_gone()
@@ -639,6 +648,7 @@ class ServedConnection:
     async def _write_loop(self) -> None:
         h2 = self.h2
         stream = self._stream
+        eager = self._eager
         timeout = self._net.write_timeout or math.inf
         while True:
             data = h2.data_to_send()
@@ -658,9 +668,22 @@ class ServedConnection:
             size = len(data)
             for start in range(0, size, _WRITE_PIECE):
                 piece = data if size <= _WRITE_PIECE else data[start : start + _WRITE_PIECE]
+                if eager is not None:
+                    # The usual case: the kernel takes the piece at once, with no await
+                    # and so no timeout scope to set up.
+                    try:
+                        if eager.write_now(piece):
+                            continue
+                    except _IO_ERRORS:
+                        self.ended_by = self.ended_by or "the client is gone"
+                        self._abandon()
+                        return
                 with anyio.move_on_after(timeout) as scope:
                     try:
-                        await stream.send(piece)
+                        if eager is not None:
+                            await eager.drained()
+                        else:
+                            await stream.send(piece)
                     except _IO_ERRORS:
                         self.ended_by = self.ended_by or "the client is gone"
                         self._abandon()
