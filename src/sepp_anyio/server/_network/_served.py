@@ -8,8 +8,9 @@ one task group per connection:
   the events: a request starts a call task, DATA goes to its call, a reset cancels it.  It
   stops reading while the queued output is over its bound
   (``Connection.should_pause_reading``), so a client that sends and never reads cannot make
-  replies pile up; and it takes a checkpoint after each chunk, so one busy connection
-  cannot starve the others;
+  replies pile up; and one busy connection cannot starve the others: the server's own
+  streams (:mod:`sepp_anyio._io`) yield after a run of receives that found input waiting,
+  and on any other stream the reader takes a checkpoint after each chunk;
 * the **writer** writes whatever the core has queued, in pieces of 64 KiB, and closes
   the connection when a piece could not be written within ``write_timeout``;
 * the **watchdog** keeps every timer of the connection, in one task (a task per timer
