@@ -239,9 +239,13 @@ async def test_grpc_timeout_is_sent_from_ambient_anyio_deadline(server: Server) 
 
 async def test_local_deadline_expiry_raises_deadline_exceeded(server: Server) -> None:
     async with open_stub(server) as (channel, stub):
+        # Connect first: the deadline is to cover the call alone. A server that sees a call only
+        # after its deadline (grpcio drops those before its handler runs) records nothing, so the
+        # connection handshake, and a busy machine's dispatch, must not eat the budget.
+        await stub.ack(pb.AckRequest(job_id="warm", attempt=1))
         with pytest.raises(GrpcError) as caught:
             await stub.ack(
-                pb.AckRequest(job_id="slow", attempt=1), timeout=0.2, metadata=action("sleep:30")
+                pb.AckRequest(job_id="slow", attempt=1), timeout=0.5, metadata=action("sleep:30")
             )
         assert caught.value.code is StatusCode.DEADLINE_EXCEEDED
         event = await wait_for_call(server, lambda e: e.method == "Ack" and e.cancelled)
