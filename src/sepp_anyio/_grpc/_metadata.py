@@ -26,9 +26,15 @@ _KEY: Final = re.compile(r"[0-9a-z_.\-]+")
 _RESERVED: Final = frozenset({"te", "content-type", "user-agent", "host", "connection"})
 
 
+#: The bytes a text value may hold (0x20-0x7E).
+_PRINTABLE: Final = bytes(range(0x20, 0x7F))
+
+
 def _printable(value: bytes) -> bool:
     """The value rule of a key that does not end in ``-bin``."""
-    return value.isascii() and all(0x20 <= byte <= 0x7E for byte in value)
+    # Deleting every allowed byte leaves nothing: one C pass, where a loop over the bytes
+    # cost a generator step per character of every header of every call.
+    return not value.translate(None, _PRINTABLE)
 
 
 def _base64(value: bytes) -> bool:

@@ -136,7 +136,7 @@ class ServerCall:
         #: The stream was reset or the connection closed: nothing more can be sent.
         self.gone = False
         self.headers_sent = False
-        #: The handler's task has started running.
+        #: The handler has started running (on a call runner).
         self.started = False
         #: The handler's cancel scope (set by the call runner).
         self.scope: anyio.CancelScope | None = None

@@ -20,10 +20,11 @@ one task group per connection:
   ``ping_after`` of silence, closed without its ACK), and the connection's age: past its
   :attr:`ServedConnection.max_age` it gets the graceful shutdown sequence below, and is
   closed (cancelling its calls) ``max_connection_age_grace`` later if calls still run;
-* one task per call, with its own cancel scope: the deadline (``grpc-timeout``, at most
-  ``max_call_seconds``), a reset from the client, or the connection's end cancel it.
-  The stream is released to the core in the task's ``finally``, once cancellation has
-  unwound, so MAX_CONCURRENT_STREAMS counts running handlers.
+* the **call runners** (:mod:`._runners`: tasks reused from call to call, as many as run
+  at once): each call has its own cancel scope, which its deadline (``grpc-timeout``, at
+  most ``max_call_seconds``), a reset from the client, or the connection's end cancel.
+  The stream is released to the core when the call's handler has returned, once
+  cancellation has unwound, so MAX_CONCURRENT_STREAMS counts running handlers.
 
 Request bytes being assembled count against this connection's and the server's budgets
 (:mod:`._reqbytes`): over either, the calls hold back the flow-control credit of what they
@@ -90,6 +91,7 @@ from sepp_anyio._model._error_root import StatusCode
 from ._call import CallGone, ServerCall
 from ._netlimits import NetworkLimits
 from ._reqbytes import ConnectionRequestBytes, RequestBytes
+from ._runners import Runners
 from ._service import MessageCodec, Route
 
 __all__ = ["ServedConnection"]
@@ -104,6 +106,8 @@ _READ_SIZE: Final = 65536
 #: client must take this much every ``write_timeout`` (64 KiB per 30 s: about 2 KiB/s).
 _WRITE_PIECE: Final = 65536
 _SHUTDOWN_PING: Final = b"shutdown"
+#: Seconds without a call after which the call runners beyond a few end (:mod:`._runners`).
+_TRIM_RUNNERS_AFTER: Final = 1.0
 _KEEPALIVE_PING: Final = b"keepaliv"
 _STREAM_GONE: Final = (StreamClosedError, ConnectionClosedError)
 _IO_ERRORS: Final = (
@@ -184,6 +188,7 @@ class ServedConnection:
         self._idle_since: float | None = None
         self._last_read = 0.0
         self._tg: anyio.abc.TaskGroup | None = None
+        self._runners: Runners[tuple[ServerCall, Route, float]] | None = None
         self._shutting_down = False
         self._shutdown_pending = False
         self._reading_done = False
@@ -216,6 +221,12 @@ class ServedConnection:
         none has run yet; None while calls are in progress."""
         return self._idle_since
 
+    @property
+    def waiting_runners(self) -> int:
+        """Call runners waiting for the next call (:mod:`._runners`); 0 when not running."""
+        runners = self._runners
+        return 0 if runners is None else runners.waiting
+
     # ------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
@@ -230,6 +241,7 @@ class ServedConnection:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                self._runners = Runners(tg, self._run_call)
                 tg.start_soon(self._write_loop)
                 tg.start_soon(self._watchdog, now)
                 if self._shutdown_pending:
@@ -239,6 +251,7 @@ class ServedConnection:
                 tg.cancel_scope.cancel()
         finally:
             self._tg = None
+            self._runners = None
             self._shutting_down = True
             for call in list(self._calls.values()):
                 call.on_gone()
@@ -472,8 +485,8 @@ class ServedConnection:
         # Nobody is woken: the watchdog sees that the connection is busy when its idle
         # deadline comes; only the last call's end matters (below).
         self._idle_since = None
-        assert self._tg is not None
-        self._tg.start_soon(self._run_call, call, route, seconds)
+        assert self._runners is not None
+        self._runners.submit((call, route, seconds))
 
     def _answer_now(
         self, stream_id: int, end_stream: bool, status: StatusCode, message: str
@@ -490,7 +503,8 @@ class ServedConnection:
         finally:
             h2.release_stream(stream_id)
 
-    async def _run_call(self, call: ServerCall, route: Route, seconds: float) -> None:
+    async def _run_call(self, work: tuple[ServerCall, Route, float]) -> None:
+        call, route, seconds = work
         call.started = True
         try:
             if seconds < _MIN_CALL_TIMEOUT:
@@ -752,6 +766,13 @@ class ServedConnection:
                 deadlines.append(settings_by)
             else:
                 since = self._idle_since
+                runners = self._runners
+                if since is not None and runners is not None and runners.surplus:
+                    # A burst's runners wait for the next one a while, not for ever.
+                    if now >= since + _TRIM_RUNNERS_AFTER:
+                        runners.trim()
+                    else:
+                        deadlines.append(since + _TRIM_RUNNERS_AFTER)
                 if net.idle_timeout and since is not None and not self._shutting_down:
                     if now >= since + net.idle_timeout:
                         self._idle_reached()
