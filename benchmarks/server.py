@@ -316,8 +316,9 @@ def main() -> None:
             f"| {config.label} | {config.best:,.0f} {config.unit} | {config.best / noop.best:.2f} |"
         )
     print(
-        f"\ntargets: our no-op / grpclib no-op = {ours.best / noop.best:.2f} (>= 1.5); "
-        f"jobs SQLite FULL / grpclib no-op = {configs[3].best / noop.best:.2f} (>= 0.9)"
+        # The targets of issue #31 (they were 1.5 and 0.9 before it).
+        f"\ntargets: our no-op / grpclib no-op = {ours.best / noop.best:.2f} (>= 3.5); "
+        f"jobs SQLite FULL / grpclib no-op = {configs[3].best / noop.best:.2f} (>= 1.5)"
     )
     if not args.no_hostile:
         from _hostile_rss import report
