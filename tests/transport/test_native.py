@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sepp_anyio._transport._native import ANYIO, native
+from sepp_anyio._io._native import ANYIO, native
 
 pytestmark = pytest.mark.anyio
 
@@ -51,3 +51,40 @@ async def test_the_cancel_scope_enforces_its_deadline() -> None:
     with scope:
         await anyio.sleep(5)
     assert scope.cancelled_caught
+
+
+async def test_is_set_follows_set_and_not_a_cancelled_wait() -> None:
+    for backend_native in (native(), ANYIO):
+        waiter = backend_native.waiter()
+        with anyio.move_on_after(0) as scope:
+            await waiter.wait()
+        assert scope.cancelled_caught
+        # A wait that gave up is not a wake-up (the server's call runners rely on it).
+        assert not waiter.is_set()
+        waiter.set()
+        assert waiter.is_set()
+
+
+async def test_the_checkpoint_yields_and_delivers_a_cancellation() -> None:
+    for backend_native in (native(), ANYIO):
+        order: list[str] = []
+
+        async def other(order: list[str] = order) -> None:
+            order.append("other")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            # Without a yield the other task could not run before the block ends (trio
+            # may run a batch's tasks in either order, so allow a few).
+            for _ in range(10):
+                await backend_native.checkpoint()
+                if order:
+                    break
+            order.append("after the checkpoints")
+        assert order == ["other", "after the checkpoints"]
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await backend_native.checkpoint()
+            order.append("not reached")
+        assert scope.cancelled_caught
+        assert order[-1] != "not reached"

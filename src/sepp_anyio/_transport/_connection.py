@@ -51,8 +51,8 @@ from .._grpc import (
 )
 from .._http2 import ErrorCode
 from .._io import EagerStream, PumpStream
+from .._io._native import ANYIO, Native, Waiter
 from .._model._error_root import StatusCode
-from ._native import ANYIO, Native, Waiter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence

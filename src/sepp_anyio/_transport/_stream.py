@@ -47,10 +47,10 @@ from .._grpc import (
     status_from_http,
 )
 from .._http2 import LocalProtocolError
+from .._io._native import Native
 from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
-from ._native import Native
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -17,11 +17,13 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
 
+from sepp_anyio._io._native import native
 from sepp_anyio._model._error_root import InvalidArgumentError
 
 
@@ -34,16 +36,20 @@ class Clock:
 
     def __init__(self) -> None:
         self._anchor: tuple[int, float] | None = None
+        # The loop's own clock, looked up with the anchor (anyio.current_time looks the
+        # backend up on every read, and the engine reads the time on every call).
+        self._loop_time: Callable[[], float] = anyio.current_time
 
     def _get_anchor(self) -> tuple[int, float]:
         if self._anchor is None:
-            self._anchor = (time.time_ns() // 1_000_000, anyio.current_time())
+            self._loop_time = native().now
+            self._anchor = (time.time_ns() // 1_000_000, self._loop_time())
         return self._anchor
 
     def now_ms(self) -> int:
         """Current time in integer milliseconds since the Unix epoch."""
         wall_ms, loop_anchor = self._get_anchor()
-        return wall_ms + math.floor((anyio.current_time() - loop_anchor) * 1000)
+        return wall_ms + math.floor((self._loop_time() - loop_anchor) * 1000)
 
     async def sleep_until_ms(self, deadline_ms: int) -> None:
         """Sleep until :meth:`now_ms` reaches *deadline_ms* (returns at once if it has).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from typing import Any
 
 import betterproto2
@@ -20,7 +21,9 @@ from .._config._config import ServerConfig
 from .._config._names import queue_name_problem
 from ._convert import custom_value_bytes, ms_duration, primitive_value, timestamp_ms
 
-_HEX = frozenset("0123456789abcdefABCDEF")
+_UUID = re.compile(
+    "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII
+)
 _ZERO = datetime.timedelta(0)
 
 
@@ -31,9 +34,8 @@ def quote(text: str) -> str:
 
 def is_uuid(text: str) -> bool:
     """Canonical hyphenated 36-character form; hex digits in either case."""
-    if len(text) != 36:
-        return False
-    return all((c == "-") if i in (8, 13, 18, 23) else (c in _HEX) for i, c in enumerate(text))
+    # One match instead of a test per character: every ack, nack and extend checks one.
+    return _UUID.fullmatch(text) is not None
 
 
 def _not_empty(field: str, value: str | None) -> str | None:

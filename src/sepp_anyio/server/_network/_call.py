@@ -35,6 +35,7 @@ from sepp_anyio._grpc import (
     MessageTooLargeError,
     read_prefix,
 )
+from sepp_anyio._io._native import Native
 from sepp_anyio._model._error_root import StatusCode
 
 from ._service import MessageCodec
@@ -50,6 +51,10 @@ class CallGone(Exception):
 
 class CallLink(Protocol):
     """What a call needs from its connection."""
+
+    @property
+    def native(self) -> Native:
+        """The running backend's own primitives (see :mod:`sepp_anyio._io._native`)."""
 
     async def send_message(self, call: ServerCall, payload: bytes) -> None:
         """Send one length-prefixed message (response headers first if not sent yet)."""
@@ -301,5 +306,6 @@ class ServerCall:
         Raises:
             CallGone: the stream is gone.
         """
-        self._link.send_trailers(self, status.value, status_message)
-        await anyio.lowlevel.checkpoint()
+        link = self._link
+        link.send_trailers(self, status.value, status_message)
+        await link.native.checkpoint()

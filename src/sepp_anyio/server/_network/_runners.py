@@ -22,6 +22,8 @@ from typing import Final, Generic, TypeVar
 import anyio
 import anyio.abc
 
+from sepp_anyio._io._native import Waiter, native
+
 __all__ = ["Runners"]
 
 _T = TypeVar("_T")
@@ -45,7 +47,16 @@ class Runners(Generic[_T]):
     dropped (the owner accounts for them, as it would for tasks that never started).
     """
 
-    __slots__ = ("_dismissed", "_idle", "_keep", "_max_idle", "_queued", "_task_group", "_work")
+    __slots__ = (
+        "_dismissed",
+        "_idle",
+        "_keep",
+        "_max_idle",
+        "_queued",
+        "_task_group",
+        "_waiter",
+        "_work",
+    )
 
     def __init__(
         self,
@@ -54,7 +65,11 @@ class Runners(Generic[_T]):
         *,
         max_idle: int = DEFAULT_IDLE_RUNNERS,
         keep: int = DEFAULT_KEEP_RUNNERS,
+        waiter: Callable[[], Waiter] | None = None,
     ) -> None:
+        # The backend's own single-waiter wake-up (an anyio.Event looks the backend up
+        # each time it is made, once per call here); made inside the event loop.
+        self._waiter = waiter if waiter is not None else native().waiter
         self._task_group = task_group
         self._work = work
         self._max_idle = max_idle
@@ -62,9 +77,9 @@ class Runners(Generic[_T]):
         self._queued: deque[_T] = deque()
         #: One event per waiting runner, the newest last (it is woken first: its stack
         #: and frames are the likeliest to be in the CPU's cache).
-        self._idle: list[anyio.Event] = []
+        self._idle: list[Waiter] = []
         #: The events of runners told to end by :meth:`trim`.
-        self._dismissed: set[anyio.Event] = set()
+        self._dismissed: set[Waiter] = set()
 
     @property
     def waiting(self) -> int:
@@ -106,7 +121,7 @@ class Runners(Generic[_T]):
                 await work(queued.popleft())
             if len(idle) >= self._max_idle:
                 return
-            event = anyio.Event()
+            event = self._waiter()
             idle.append(event)
             try:
                 await event.wait()

@@ -86,6 +86,7 @@ from sepp_anyio._http2 import (
     WindowUpdated,
 )
 from sepp_anyio._io import EagerStream
+from sepp_anyio._io._native import ANYIO, Native, native
 from sepp_anyio._model._error_root import StatusCode
 
 from ._call import CallGone, ServerCall
@@ -129,7 +130,9 @@ class ServedConnection:
         limits: the HTTP/2 core's defences.
         net: timeouts of the I/O layer.
         peer: the client's address, for logs.
-        clock: the monotonic clock (``anyio.current_time``: virtual under trio's MockClock).
+        clock: the monotonic clock (default: the running backend's own, read once the
+            connection runs, the same as ``anyio.current_time``: virtual under trio's
+            MockClock).
         request_bytes: the server's count of request bytes being assembled (default: one of
             this connection's own, capped at ``net.max_buffered_request_bytes``).
         on_idle: called (synchronously) each time the last call in progress ends, so that
@@ -148,7 +151,7 @@ class ServedConnection:
         limits: Limits,
         net: NetworkLimits,
         peer: str = "?",
-        clock: Callable[[], float] = anyio.current_time,
+        clock: Callable[[], float] | None = None,
         request_bytes: RequestBytes | None = None,
         on_idle: Callable[[], None] | None = None,
         fair_reads: bool = False,
@@ -163,7 +166,10 @@ class ServedConnection:
         self._codec = codec
         self._net = net
         self.peer = peer
-        self._clock = clock
+        self._clock_given = clock
+        self._clock = clock if clock is not None else anyio.current_time
+        #: The backend's clock, waiters and cancel scopes (see _io._native), from run().
+        self._native: Native = ANYIO
         self._calls: dict[int, ServerCall] = {}
         if request_bytes is None:
             request_bytes = RequestBytes(net.max_buffered_request_bytes)
@@ -222,6 +228,12 @@ class ServedConnection:
         return self._idle_since
 
     @property
+    def native(self) -> Native:
+        """The running backend's clock, waiters, cancel scopes and checkpoint (anyio's
+        portable ones until :meth:`run` starts)."""
+        return self._native
+
+    @property
     def waiting_runners(self) -> int:
         """Call runners waiting for the next call (:mod:`._runners`); 0 when not running."""
         runners = self._runners
@@ -235,13 +247,16 @@ class ServedConnection:
         Never raises for connection trouble (it is logged at debug level).  Cancellation:
         every call is cancelled and the stream closed (shielded, bounded).
         """
+        self._native = backend = native()
+        if self._clock_given is None:
+            self._clock = backend.now
         now = self._clock()
         self._last_read = now
         self._idle_since = now
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                self._runners = Runners(tg, self._run_call)
+                self._runners = Runners(tg, self._run_call, waiter=backend.waiter)
                 tg.start_soon(self._write_loop)
                 tg.start_soon(self._watchdog, now)
                 if self._shutdown_pending:
@@ -516,7 +531,7 @@ class ServedConnection:
                     await anyio.sleep(seconds)
                     self._end_call(call, StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
                 return
-            with anyio.CancelScope(deadline=self._clock() + seconds) as scope:
+            with self._native.cancel_scope(self._clock() + seconds) as scope:
                 call.scope = scope
                 if call.gone:
                     # Reset before its task ran (on_gone had no scope to cancel): a

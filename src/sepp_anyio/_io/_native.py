@@ -1,10 +1,11 @@
 """The running backend's own clock, single-waiter wake-up and cancel scope, for a call's
-hot path.
+hot path in either role.
 
 Every ``anyio.current_time()`` and ``anyio.Event()`` first looks up the running backend
 (a context variable, then the library's name, then a dictionary); a unary call made a
-dozen such lookups, a tenth of its Python function calls. A connection looks the backend
-up once, when it is made, and its calls then use what this module returns: the event
+dozen such lookups, a tenth of its Python function calls, and the reference server about
+eight per job. A connection (client or server) looks the backend up once, when it starts,
+and its calls then use what this module returns: the event
 loop's own clock, a :class:`Waiter` on the backend's own primitives (an
 ``asyncio.Future``; trio's ``wait_task_rescheduled`` / ``reschedule``) and, on trio,
 ``trio.CancelScope`` itself (anyio's is a wrapper around it), all public API of asyncio
@@ -31,13 +32,17 @@ class Waiter(Protocol):
         """Wake the waiting task (if it still waits); later calls do nothing."""
         ...
 
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        ...
+
     async def wait(self) -> None:
         """Wait until :meth:`set` (at once if it was set already); cancellable."""
         ...
 
 
 class Native(Protocol):
-    """The running backend's clock and waiter factory."""
+    """The running backend's clock, waiter factory, cancel scope and checkpoint."""
 
     @property
     def now(self) -> Callable[[], float]:
@@ -53,15 +58,26 @@ class Native(Protocol):
         around it; typed as anyio's, whose interface it has)."""
         ...
 
+    async def checkpoint(self) -> None:
+        """Yield to the scheduler, and raise if the task's scope is cancelled (what
+        ``anyio.lowlevel.checkpoint`` does)."""
+        ...
+
 
 class _AsyncioWaiter:
-    __slots__ = ("_future", "_loop")
+    __slots__ = ("_future", "_loop", "_set")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._future: asyncio.Future[None] | None = None
+        # Its own flag: a cancelled wait leaves the future done but the waiter unset.
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
 
     def set(self) -> None:
+        self._set = True
         future = self._future
         if future is None:
             self._future = future = self._loop.create_future()
@@ -88,6 +104,11 @@ class _Asyncio:
     def cancel_scope(self, deadline: float) -> anyio.CancelScope:
         return anyio.CancelScope(deadline=deadline)
 
+    async def checkpoint(self) -> None:
+        # What anyio's own checkpoint is on asyncio; a cancelled anyio scope has already
+        # asked the task to cancel, and this await delivers it.
+        await asyncio.sleep(0)
+
 
 # trio.lowlevel and trio.CancelScope, once a trio loop asked for them (trio is an
 # optional dependency).
@@ -101,6 +122,9 @@ class _TrioWaiter:
     def __init__(self) -> None:
         self._set = False
         self._task: Any = None
+
+    def is_set(self) -> bool:
+        return self._set
 
     def set(self) -> None:
         if not self._set:
@@ -141,6 +165,9 @@ class _Trio:
         scope: anyio.CancelScope = _trio_cancel_scope(deadline=deadline)
         return scope
 
+    async def checkpoint(self) -> None:
+        await _trio_lowlevel.checkpoint()
+
 
 class _Anyio:
     """Any other backend: anyio's own (portable, slower) primitives."""
@@ -154,6 +181,9 @@ class _Anyio:
 
     def cancel_scope(self, deadline: float) -> anyio.CancelScope:
         return anyio.CancelScope(deadline=deadline)
+
+    async def checkpoint(self) -> None:
+        await anyio.lowlevel.checkpoint()
 
 
 #: anyio's portable primitives (what a channel uses before it knows its backend).
