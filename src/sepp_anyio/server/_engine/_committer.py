@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskStatus
 
+from sepp_anyio._io._native import ANYIO, Native, Waiter, native
 from sepp_anyio._model._error_root import StatusCode
 
 from .._errors import EngineError
@@ -80,10 +81,16 @@ class Ticket:
 
     __slots__ = ("_after_commit", "_done", "_error", "writes")
 
-    def __init__(self, writes: Sequence[Write], after_commit: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        writes: Sequence[Write],
+        after_commit: Callable[[], None] | None,
+        done: Waiter | None = None,
+    ) -> None:
         self.writes = writes
         self._after_commit = after_commit
-        self._done = anyio.Event()
+        # One task waits for a ticket: the RPC that submitted it.
+        self._done: Waiter = done if done is not None else anyio.Event()
         self._error: EngineError | None = None
 
     @property
@@ -117,6 +124,9 @@ class Committer:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # The backend's own wake-ups once run() started (a ticket per write RPC, and an
+        # anyio.Event looks the backend up each time one is made).
+        self._native: Native = ANYIO
         self._pending: list[Ticket] = []
         self._wakeup = anyio.Event()
         self._closing = False
@@ -160,7 +170,7 @@ class Committer:
         """
         if self._closing:
             raise EngineError(StatusCode.UNAVAILABLE, "server is shut down")
-        ticket = Ticket(writes, after_commit)
+        ticket = Ticket(writes, after_commit, self._native.waiter())
         self._pending.append(ticket)
         self._wakeup.set()
         return ticket
@@ -178,6 +188,7 @@ class Committer:
         Cancellation (engine teardown after an error): tickets not yet committed are released
         with UNAVAILABLE, so no RPC waits forever; their writes may or may not be durable.
         """
+        self._native = native()
         task_status.started()
         group: list[Ticket] = []
         try:
