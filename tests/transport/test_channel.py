@@ -264,6 +264,29 @@ async def test_expired_timeout_fails_without_sending(server: Server) -> None:
     assert not any(e.method == "Ack" for e in server.events)
 
 
+@pytest.mark.parametrize("kind", ["grpclib", "grpcio"])
+async def test_a_timeout_bounds_the_wait_for_a_stream_slot(kind: str) -> None:
+    """Waiting for a free stream slot is bounded by the call's own timeout too (the
+    response wait is the deadline task's; this wait has its own scope)."""
+    with _make_server(kind, max_concurrent_streams=1) as server:
+        async with open_stub(server) as (channel, stub):
+            await stub.ack(pb.AckRequest(job_id="warm", attempt=1))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: stub.ack(
+                        pb.AckRequest(job_id="hold", attempt=1), metadata=action("sleep:30")
+                    )
+                )
+                await wait_for_call(server, lambda e: e.request.job_id == "hold")
+                with anyio.fail_after(10), pytest.raises(GrpcError) as caught:
+                    await stub.ack(pb.AckRequest(job_id="queued", attempt=1), timeout=0.3)
+                tg.cancel_scope.cancel()
+            assert caught.value.code is StatusCode.DEADLINE_EXCEEDED
+            assert not any(e.request.job_id == "queued" for e in server.events)
+            assert channel._conn is not None
+            assert not channel._conn.calls
+
+
 # ------------------------------------------------------------------ cancellation
 
 

@@ -44,7 +44,8 @@ from .._io._native import Native, native
 from .._model._error_root import InvalidArgumentError, StatusCode
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
-from ._connection import Connection
+from ._connection import CallState, Connection
+from ._deadlines import Deadlines
 from ._dial import dial
 from ._stream import Stream
 
@@ -182,6 +183,8 @@ class Channel(anyio.AsyncContextManagerMixin):
         self._paths: dict[str, bytes] = {}
         # The running backend's clock and waiters, looked up once (set on entering).
         self.native: Native = _ANYIO
+        # The calls' own timeouts (one task instead of a cancel scope per call).
+        self._deadlines = Deadlines()
 
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -209,6 +212,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         self.native = native()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self._deadlines.run, self.native, name="sepp-anyio call deadlines")
             try:
                 yield self
             except BaseException as exc:
@@ -327,6 +331,17 @@ class Channel(anyio.AsyncContextManagerMixin):
                 verification failed, no ALPN h2, ...).
         """
         await self.get_connection()
+
+    def ready_connection(self) -> Connection | None:
+        """The current connection if it takes new calls (no I/O), else None."""
+        conn = self._conn
+        if conn is not None and conn.usable:
+            return conn
+        return None
+
+    def watch_deadline(self, call: CallState, deadline: float) -> None:
+        """Fail ``call`` with DEADLINE_EXCEEDED (waking it) once ``deadline`` passes."""
+        self._deadlines.watch(call, deadline)
 
     async def get_connection(self) -> Connection:
         """The current connection if usable, else a new one (one attempt at a time)."""

@@ -158,6 +158,7 @@ class CallState:
         "decoder",
         "ended",
         "failure",
+        "finished",
         "headers",
         "reset_code",
         "stream_id",
@@ -175,6 +176,8 @@ class CallState:
         self.trailers: Headers | None = None
         self.decoder = MessageDecoder(max_message_size, max_messages)
         self.ended = False
+        # Set when the call's stream has let go of it (Connection.release_call).
+        self.finished = False
         self.reset_code: int | None = None
         # A local verdict on this stream (oversized message, GOAWAY above our
         # id, connection loss); raised to the caller at its next wait.
@@ -378,6 +381,13 @@ class Connection:
 
     # ------------------------------------------------------------ stream slots
 
+    def try_acquire_slot(self) -> bool:
+        """Take a free stream slot if one is free now and nobody queues for one."""
+        if self.usable and not self._slot_waiters and self._open_streams < self._max_streams:
+            self._open_streams += 1
+            return True
+        return False
+
     async def acquire_slot(self) -> None:
         """Wait for room under the server's MAX_CONCURRENT_STREAMS.
 
@@ -492,6 +502,7 @@ class Connection:
 
     def release_call(self, call: CallState) -> None:
         """Forget a finished call and free its slot (synchronous, no I/O)."""
+        call.finished = True
         if self.calls.pop(call.stream_id, None) is not None:
             self.release_slot()
         if self.draining and not self.calls:

@@ -29,11 +29,10 @@ stays usable.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -51,16 +50,17 @@ from .._io._native import Native
 from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, status_for_reset
+from ._deadlines import deadline_exceeded
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from .._http2 import Headers
 
 __all__ = ["CallOwner", "CallShape", "Stream"]
 
 _OPEN_ATTEMPTS = 3
-_NO_SCOPE = contextlib.nullcontext()
+_T = TypeVar("_T")
 # Transparent resends of a call the server did not process (see _wait). A
 # server can refuse streams below its advertised limit while it still holds
 # finished calls (grpc's C core does under load), so a few quick resends are
@@ -135,6 +135,14 @@ class CallOwner(Protocol):
         """A usable connection, made now if needed (raises ``GrpcError`` UNAVAILABLE)."""
         ...
 
+    def ready_connection(self) -> Connection | None:
+        """The current connection if it takes new calls, without I/O; else None."""
+        ...
+
+    def watch_deadline(self, call: CallState, deadline: float) -> None:
+        """Fail ``call`` with DEADLINE_EXCEEDED, waking it, once ``deadline`` passes."""
+        ...
+
     @property
     def native(self) -> Native:
         """The running backend's clock and waiters."""
@@ -160,10 +168,10 @@ class Stream:
         "_name",
         "_recv_type",
         "_resends",
-        "_scope",
         "_send_type",
         "_trailers_done",
         "_trailers_only",
+        "_watched",
     )
 
     def __init__(
@@ -195,8 +203,8 @@ class Stream:
         # The encoded unary request, kept for a transparent resend.
         self._body: bytes | None = None
         self._resends = 0
-        # The call-wide deadline scope while inside `async with`.
-        self._scope: anyio.CancelScope | None = None
+        # The stream state whose deadline the channel watches (a resend makes a new one).
+        self._watched: CallState | None = None
         # True inside `async with` when the caller's deadline is at or before ours.
         self._deadline_covered = False
         # The caller's effective deadline, read on entering `async with` (the caller's
@@ -205,19 +213,23 @@ class Stream:
 
     # ------------------------------------------------------------ deadline
 
-    def _local_scope(self) -> anyio.CancelScope | None:
-        """A scope enforcing this call's deadline around one step, or None.
+    async def _bounded(self, step: Awaitable[_T]) -> _T:
+        """Await ``step`` (one that may block: connecting, a stream slot, send window, a
+        resend's pause) under this call's own deadline.
 
-        Inside ``async with stream`` (how the stubs use it) one scope spans
-        the whole call instead; per-step scopes are the fallback for a stream
-        driven without the context manager.
+        The wait for the response needs no scope: the channel's deadline task wakes it
+        (see ``_deadlines``). When the deadline passes here, a stream already open is
+        reset (shielded) and DEADLINE_EXCEEDED raised.
         """
-        if self._deadline is None or self._scope is not None or self._deadline_covered:
-            return None
-        return self._channel.native.cancel_scope(self._deadline)
-
-    def _deadline_exceeded(self) -> GrpcError:
-        return GrpcError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
+        deadline = self._deadline
+        if deadline is None or self._deadline_covered:
+            return await step
+        with self._channel.native.cancel_scope(deadline):
+            return await step
+        if self._call is not None:
+            with anyio.CancelScope(shield=True):
+                await self._abort()
+        raise deadline_exceeded()
 
     def _check_call(self, call: CallState, conn: Connection) -> None:
         if call.failure is not None:
@@ -243,27 +255,24 @@ class Stream:
         while True:
             call, conn = self._call, self._conn
             assert call is not None and conn is not None
-            retry = False
-            scope = self._local_scope()
-            with scope if scope is not None else _NO_SCOPE:
-                while not ready(call):
-                    if call.unprocessed and self._can_resend():
-                        retry = True
-                        break
-                    self._check_call(call, conn)
-                    waiter = call.waiter = conn.native.waiter()
-                    call.wanted = ready
-                    try:
-                        await waiter.wait()
-                    finally:
-                        call.waiter = None
-                        call.wanted = None
-                if retry:
-                    await self._resend()
-            if scope is not None and scope.cancelled_caught:
-                raise self._deadline_exceeded()
-            if not retry:
+            deadline = self._deadline
+            if deadline is not None and self._watched is not call and not self._deadline_covered:
+                self._watched = call
+                self._channel.watch_deadline(call, deadline)
+            while not ready(call):
+                if call.unprocessed and self._can_resend():
+                    break
+                self._check_call(call, conn)
+                waiter = call.waiter = conn.native.waiter()
+                call.wanted = ready
+                try:
+                    await waiter.wait()
+                finally:
+                    call.waiter = None
+                    call.wanted = None
+            else:
                 return
+            await self._resend()
 
     def _can_resend(self) -> bool:
         return self._body is not None and self._resends < _MAX_RESENDS
@@ -277,7 +286,8 @@ class Stream:
         self._end_sent = False
         self._resends += 1
         if self._resends > 3:
-            await anyio.sleep(min(_RESEND_BACKOFF * 2 ** (self._resends - 4), _RESEND_BACKOFF_MAX))
+            pause = min(_RESEND_BACKOFF * 2 ** (self._resends - 4), _RESEND_BACKOFF_MAX)
+            await self._bounded(anyio.sleep(pause))
         await self._open(end=True, body=self._body)
 
     # ------------------------------------------------------------ sending
@@ -301,56 +311,51 @@ class Stream:
         """Open the HTTP/2 stream: headers, then the body if there is one."""
         if self._call is not None:
             raise RuntimeError("Request is already sent")
-        # A call started inside an already-cancelled scope must not reach the
-        # wire (it would go out with an expired grpc-timeout).
-        await anyio.lowlevel.checkpoint_if_cancelled()
         deadline = self._deadline
         clock = self._channel.native.now
         now = clock()
         if deadline is not None and deadline <= now:
-            raise self._deadline_exceeded()
-        # Read once: the caller's scopes do not change while the call runs (our own
-        # scope, if any, has our own deadline, which the header counts).
+            raise deadline_exceeded()
+        # Read once: the caller's scopes do not change while the call runs. A call
+        # started inside an already-cancelled scope (effective deadline -inf) or past the
+        # caller's deadline must not reach the wire (it would go out with an expired
+        # grpc-timeout): the wait below delivers that cancellation first.
         ambient = self._ambient
         if ambient is None:
             ambient = anyio.current_effective_deadline()
         if ambient <= now:
             await _deliver_expired_deadline()
-        scope = self._local_scope()
-        with scope if scope is not None else _NO_SCOPE:
-            conn = await self._acquire()
-            timeout, stable = self._timeout_header(ambient, clock())
-            headers, extra = self._channel.request_headers(
-                self._name, timeout, stable, self._metadata
-            )
-            # A stable grpc-timeout is part of the constant headers, so it keys the cache
-            # too.
-            key = (self._name, timeout) if stable else self._name
-            call = conn.open_call(
-                headers,
-                extra,
-                key,
-                end_stream=end and body is None,
-                max_messages=None if self._cardinality.server_streaming else 1,
-            )
-            self._conn = conn
-            self._call = call
-            if body is None:
-                self._end_sent = end
-            elif len(body) <= conn.h2.send_window(call.stream_id):
-                # The usual unary request: headers and body leave in one write.
-                conn.h2.send_data(call.stream_id, body, end_stream=end)
-                self._end_sent = end
-                body = None
-            if body is None:
-                await conn.flush()
-            else:
-                await self._send_body(call, conn, body, end=end)
-        if scope is not None and scope.cancelled_caught:
-            if self._call is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._abort()
-            raise self._deadline_exceeded()
+        # The usual case needs no await: the channel's connection is up and has a free
+        # stream slot.
+        conn = self._channel.ready_connection()
+        if conn is None or not conn.try_acquire_slot():
+            conn = await self._bounded(self._acquire())
+            now = clock()
+        timeout, stable = self._timeout_header(ambient, now)
+        headers, extra = self._channel.request_headers(self._name, timeout, stable, self._metadata)
+        # A stable grpc-timeout is part of the constant headers, so it keys the cache too.
+        key = (self._name, timeout) if stable else self._name
+        call = conn.open_call(
+            headers,
+            extra,
+            key,
+            end_stream=end and body is None,
+            max_messages=None if self._cardinality.server_streaming else 1,
+        )
+        self._conn = conn
+        self._call = call
+        if body is None:
+            self._end_sent = end
+        elif len(body) <= conn.h2.send_window(call.stream_id):
+            # The usual unary request: headers and body leave in one write.
+            conn.h2.send_data(call.stream_id, body, end_stream=end)
+            self._end_sent = end
+            body = None
+        if body is None:
+            # Shielded (a frame is never cut), so the deadline need not bound it.
+            await conn.flush()
+        else:
+            await self._send_body(call, conn, body, end=end)
 
     async def _acquire(self) -> Connection:
         """A connection with a free stream slot, retrying if one goes away.
@@ -372,11 +377,7 @@ class Stream:
         """Send ``data`` on the open stream, bounded by the call's deadline."""
         conn, call = self._conn, self._call
         assert conn is not None and call is not None
-        scope = self._local_scope()
-        with scope if scope is not None else _NO_SCOPE:
-            await self._send_body(call, conn, data, end=end)
-        if scope is not None and scope.cancelled_caught:
-            raise self._deadline_exceeded()
+        await self._send_body(call, conn, data, end=end)
 
     async def _send_body(
         self, call: CallState, conn: Connection, data: bytes, *, end: bool
@@ -402,7 +403,7 @@ class Stream:
                     and call.reset_code is None
                     and not call.ended
                 ):
-                    await conn.wait_for_window()
+                    await self._bounded(conn.wait_for_window())
                 continue
             # (The HTTP/2 connection keeps a reference to the bytes until the flush;
             # ``data`` is immutable.)
@@ -525,6 +526,15 @@ class Stream:
             return None
         call = self._call
         assert call is not None
+        if (
+            self._cardinality.server_streaming
+            and self._deadline is not None
+            and not self._deadline_covered
+            and self._channel.native.now() >= self._deadline
+        ):
+            # Messages may still be buffered, but the call's time is over (a unary call
+            # has read its one message by the time it gets here).
+            raise deadline_exceeded()
         data = call.decoder.pop()
         if data is None:
             await self._wait(lambda c: bool(c.decoder.messages) or c.ended)
@@ -607,20 +617,11 @@ class Stream:
 
     async def __aenter__(self) -> Stream:
         ambient = self._ambient = anyio.current_effective_deadline()
-        if self._deadline is not None:
-            if ambient <= self._deadline:
-                # The caller's deadline comes first: it ends the call (as a
-                # cancellation, which is what the caller asked for) before ours
-                # could, so our scope would only cost time.
-                self._deadline_covered = True
-                return self
-            # One cancel scope for the whole call (cheaper than one per wait).
-            # It is entered here and left in __aexit__, in the same task and
-            # properly nested, exactly like an @asynccontextmanager's scope;
-            # the generated unary stub never yields in between.
-            scope = self._channel.native.cancel_scope(self._deadline)
-            scope.__enter__()
-            self._scope = scope
+        if self._deadline is not None and ambient <= self._deadline:
+            # The caller's deadline comes first: it ends the call (as a cancellation,
+            # which is what the caller asked for) before ours could, so watching ours
+            # would only cost time.
+            self._deadline_covered = True
         return self
 
     async def __aexit__(
@@ -629,21 +630,7 @@ class Stream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        scope, self._scope = self._scope, None
-        try:
-            await self._finish(exc_type)
-        except BaseException as error:
-            if scope is None:
-                raise
-            scope.__exit__(type(error), error, error.__traceback__)
-            if scope.cancelled_caught:
-                # Our own deadline cancelled the call.
-                raise self._deadline_exceeded() from None
-            raise
-        if scope is not None:
-            scope.__exit__(exc_type, exc, tb)
-            if scope.cancelled_caught:
-                raise self._deadline_exceeded() from None
+        await self._finish(exc_type)
 
     async def _finish(self, exc_type: type[BaseException] | None) -> None:
         conn, call = self._conn, self._call
