@@ -1,4 +1,5 @@
-"""The channel's deadline task (_deadlines): calls' own timeouts without a scope per call.
+"""Deadlines kept by one task (_io._deadlines): calls' own timeouts and the worker's settle
+bound without a cancel scope's deadline each.
 
 On virtual time on both backends, so each deadline is checked to the instant.
 """
@@ -12,10 +13,10 @@ import anyio
 import pytest
 import trio.testing
 
+from sepp_anyio._io._deadlines import Deadlines
 from sepp_anyio._io._native import native
 from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._transport._connection import CallState
-from sepp_anyio._transport._deadlines import Deadlines
 from tests.worker._vtime import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
@@ -110,3 +111,47 @@ async def test_entries_of_finished_calls_do_not_pile_up(deadlines: Deadlines) ->
     # The heap is rebuilt just after a push, while the new call is still in flight too.
     assert largest <= 2 * (10 + 1) + 64
     assert all(call.failure is None for call in in_flight)
+
+
+async def test_a_scope_timer_cancels_its_scope_at_the_deadline(deadlines: Deadlines) -> None:
+    start = anyio.current_time()
+    with anyio.CancelScope(shield=True) as scope:
+        timer = deadlines.cancel_at(scope, start + 7.0)
+        await anyio.sleep(3600)
+    timer.ended = True
+    assert scope.cancelled_caught
+    assert timer.fired
+    assert anyio.current_time() == pytest.approx(start + 7.0)
+
+
+async def test_an_ended_scope_timer_cancels_nothing(deadlines: Deadlines) -> None:
+    start = anyio.current_time()
+    with anyio.CancelScope() as scope:
+        timer = deadlines.cancel_at(scope, start + 1.0)
+        await anyio.sleep(0.5)
+    timer.ended = True
+    await anyio.sleep(5.0)
+    assert not scope.cancel_called
+    assert not timer.fired
+    assert len(deadlines) == 0
+
+
+async def test_a_scope_keeps_its_deadline_once_the_task_has_ended() -> None:
+    """Scopes waiting when the task ends, and those registered after it, get their
+    deadlines as their own (a shielded settle stays bounded however its worker ends)."""
+    kept = Deadlines()
+    start = anyio.current_time()
+    with anyio.CancelScope(shield=True) as before:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kept.run, native())
+            await anyio.wait_all_tasks_blocked()
+            kept.cancel_at(before, start + 10.0)
+            tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True) as after:
+            kept.cancel_at(after, start + 20.0)
+            await anyio.sleep(3600)
+        assert after.cancelled_caught
+        assert anyio.current_time() == pytest.approx(start + 20.0)
+        await anyio.sleep(3600)
+    assert before.cancelled_caught
+    assert anyio.current_time() == pytest.approx(start + 20.0)

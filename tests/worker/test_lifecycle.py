@@ -401,7 +401,8 @@ async def test_an_ack_that_never_answers_is_abandoned_after_a_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     probe = Probe()
-    async with open_in_memory_client() as (client, engine):
+    # The call's own timeout longer than the settle's bound: the bound is what ends it.
+    async with open_in_memory_client(rpc_timeout=120.0) as (client, engine):
         spy = EngineSpy(engine)
         spy.stall["ack"].append(math.inf)
         worker = Worker(client, [QUEUE], max_in_flight=1)
@@ -417,6 +418,29 @@ async def test_an_ack_that_never_answers_is_abandoned_after_a_bound(
         stats = worker.statistics()
         assert (stats.processed, stats.settle_errors) == (1, 1)
         assert any("did not finish within 30s" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_hung_ack_still_ends_at_its_bound_when_run_is_cancelled() -> None:
+    """The settles' bounds are kept by a task of the worker's own; cancelling run() ends
+    that task while an ack hangs (shielded), and the ack's bound must still hold: run()
+    returns 30 s after the ack began, not never."""
+    probe = Probe()
+    async with open_in_memory_client(rpc_timeout=120.0) as (client, engine):
+        spy = EngineSpy(engine)
+        spy.stall["ack"].append(math.inf)
+        worker = Worker(client, [QUEUE], max_in_flight=1)
+        worker.handle("t", probe.handler())
+        await enqueue(client, 1)
+        with anyio.fail_after(300):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await spy.wait_until(lambda: bool(spy.of("ack")))
+                tg.cancel_scope.cancel()
+        [hung] = spy.of("ack")
+        assert hung.done
+        assert not hung.ok
+        assert hung.ended_at is not None
+        assert hung.ended_at - hung.at == pytest.approx(30.0)
 
 
 async def test_cancel_in_flight_cancels_handlers_and_retries_their_jobs_at_once() -> None:

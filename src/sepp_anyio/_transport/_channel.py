@@ -39,13 +39,13 @@ from anyio.streams.tls import TLSAttribute
 from grpclib.const import Cardinality
 
 from .._grpc import GrpcError, MetadataLike, encode_metadata
+from .._io._deadlines import Deadlines
 from .._io._native import ANYIO as _ANYIO
 from .._io._native import Native, native
 from .._model._error_root import InvalidArgumentError, StatusCode
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
 from ._connection import CallState, Connection
-from ._deadlines import Deadlines
 from ._dial import dial
 from ._stream import Stream
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from .._http2 import Headers
 
-__all__ = ["CallState", "Connection"]
+__all__ = ["CallState", "Connection", "deadline_exceeded"]
 
 logger = logging.getLogger("sepp_anyio.transport")
 
@@ -140,6 +140,11 @@ def _excerpt(data: bytes) -> str:
     return repr(data[:9])
 
 
+def deadline_exceeded() -> GrpcError:
+    """The error of a call whose own timeout has passed."""
+    return GrpcError(StatusCode.DEADLINE_EXCEEDED, "deadline exceeded (client-side timeout)")
+
+
 def _code_name(code: int) -> str:
     try:
         return ErrorCode(code).name
@@ -210,6 +215,21 @@ class CallState:
         if self.failure is None:
             self.failure = error
         self.wake()
+
+    # The channel's deadline task (_io._deadlines) keeps the call's own timeout.
+
+    def over(self) -> bool:
+        """Whether the call needs no deadline any more: its response has arrived in
+        full, or its stream has let go of it."""
+        return self.ended or self.finished
+
+    def expire(self) -> None:
+        """The call's own timeout has passed: fail it (waking its task)."""
+        self.fail(deadline_exceeded())
+
+    def abandon(self, deadline: float) -> None:
+        """Nothing to do: the deadline task ends only as its channel closes, and closing
+        fails every call still in flight."""
 
 
 class Connection:

@@ -49,8 +49,7 @@ from .._http2 import LocalProtocolError
 from .._io._native import Native
 from .._model._error_root import InvalidArgumentTypeError, StatusCode
 from .._wire._codec import decode, encode
-from ._connection import CallState, Connection, status_for_reset
-from ._deadlines import deadline_exceeded
+from ._connection import CallState, Connection, deadline_exceeded, status_for_reset
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -218,7 +217,7 @@ class Stream:
         resend's pause) under this call's own deadline.
 
         The wait for the response needs no scope: the channel's deadline task wakes it
-        (see ``_deadlines``). When the deadline passes here, a stream already open is
+        (see ``_io._deadlines``). When the deadline passes here, a stream already open is
         reset (shielded) and DEADLINE_EXCEEDED raised.
         """
         deadline = self._deadline

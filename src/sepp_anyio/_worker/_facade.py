@@ -150,6 +150,8 @@ from .._client import Client
 from .._cron import Cron
 from .._health import LaneProbe, MetricsRegistry, WorkerHealth
 from .._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
+from .._io._deadlines import Deadlines
+from .._io._native import native
 from .._logcontext import job_log_records
 from .._model._checks import check_count, check_seconds, check_str
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
@@ -427,6 +429,10 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._tg: anyio.abc.TaskGroup | None = None
         # Starts the jobs' heartbeats when due (one per run(), with heartbeats on).
         self._timer: HeartbeatTimer | None = None
+        # The settles' bounds (a task per run(), see _start_deadlines) and the backend's
+        # clock (anyio's until a run knows the backend).
+        self._deadlines = Deadlines()
+        self._now: Callable[[], float] = anyio.current_time
         # Jobs holding a max_in_flight token now, over all lanes, and the most ever at once
         # (the other counters are per lane).
         self._in_flight = 0
@@ -881,8 +887,8 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         # asyncio runs ready tasks in the order they became ready, so one yield puts the
         # woken reserve loop ahead of this job's settle; trio runs each batch of ready
         # tasks in a random direction, so it takes two.
-        native = anyio.lowlevel.current_token().native_token
-        self._hand_off_yields = 1 if isinstance(native, asyncio.AbstractEventLoop) else 2
+        loop = anyio.lowlevel.current_token().native_token
+        self._hand_off_yields = 1 if isinstance(loop, asyncio.AbstractEventLoop) else 2
         # The job attributes on log records (_logcontext) for this run only: the first
         # running worker of the process installs the factory, the last one puts the
         # previous one back (after the "stopped" line, which carries them too).
@@ -910,6 +916,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     crons = await start_crons(tg, self._client, self._crons, self.worker_id)
                     self._start_batches(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
+                    deadlines = self._start_deadlines(tg, native())
                     self._health.mark_started()
                     for accounts in self._accounts.values():
                         accounts.run_started()
@@ -921,6 +928,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     self._close_batches()  # what they gathered runs now; then they end
                     await self._drain()
                     heartbeats.cancel()  # no job is left to start a heartbeat for
+                    deadlines.cancel()  # nor a settle to bound
             except BaseExceptionGroup as group:
                 # The task groups are an implementation detail: one error (a handler's
                 # KeyboardInterrupt, say) comes out as itself, not nested in two groups.

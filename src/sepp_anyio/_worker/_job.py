@@ -20,6 +20,8 @@ import anyio.to_thread
 
 from .. import _otel
 from .._client import Client, wall_clock_of
+from .._io._deadlines import Deadlines
+from .._io._native import Native
 from .._logcontext import enter_job
 from .._model._errors import (
     HandlerError,
@@ -174,6 +176,8 @@ class JobRunner:
     _on_outcome: OutcomeHook | None
     _state: Any
     _timer: HeartbeatTimer | None
+    _deadlines: Deadlines
+    _now: Callable[[], float]
     _runs: set[JobRun]
     _in_flight: int
     _finished: int
@@ -329,6 +333,21 @@ class JobRunner:
                 self._job_finished(run, Settled.CANCELLED)
             self._job_ended(run)
 
+    def _start_deadlines(self, tg: anyio.abc.TaskGroup, native: Native) -> anyio.CancelScope:
+        """Start the task that keeps the settles' bounds in ``tg``; cancelling the returned
+        scope stops it (after the drain), and a settle after that keeps its own deadline
+        (see ``_io._deadlines``)."""
+        scope = anyio.CancelScope()
+        deadlines = self._deadlines = Deadlines()
+        self._now = native.now
+
+        async def serve() -> None:
+            with scope:
+                await deadlines.run(native)
+
+        tg.start_soon(serve, name=f"sepp settle deadlines of {self.worker_id}")
+        return scope
+
     def _start_heartbeat_timer(self, tg: anyio.abc.TaskGroup) -> anyio.CancelScope:
         """Start the jobs' heartbeat timer in ``tg`` if they have heartbeats; cancelling
         the returned scope stops it (after the drain: the jobs need it until then)."""
@@ -375,14 +394,14 @@ class JobRunner:
 
     def _job_started(self, run: JobRun) -> None:
         """Count ``run`` in."""
-        run.started = anyio.current_time()
+        run.started = self._now()
         attach_state(run.ctx, self._state)
         attach_enqueuer(run.ctx, self._client)  # for its follow-ups (JobCtx.enqueue)
         self._accounts[run.lane].job_started()
 
     def _job_finished(self, run: JobRun, outcome: Settled) -> None:
         """Count ``run`` out with its ``outcome`` (after its settle)."""
-        elapsed = anyio.current_time() - run.started
+        elapsed = self._now() - run.started
         self._accounts[run.lane].job_finished(run.ctx.job_type, outcome, elapsed)
 
     def _job_ended(self, run: JobRun) -> None:
@@ -532,10 +551,12 @@ class JobRunner:
         lane: LaneRun = run.lane
         accounts = self._accounts[lane]
         # One scope for the hand-off and the call: shielded from outer cancellation, and
-        # cancelled by its own deadline, which starts once a settle slot is taken.
+        # cancelled at its deadline, which starts once a settle slot is taken. The
+        # worker's deadline task keeps that deadline: on trio a scope's own costs a
+        # twentieth of a job's CPU, and it almost never fires.
         with anyio.CancelScope(shield=True) as bound:
             await self._hand_off(run)
-            bound.deadline = anyio.current_time() + _SETTLE_TIMEOUT
+            timer = self._deadlines.cancel_at(bound, self._now() + _SETTLE_TIMEOUT)
             try:
                 if directive is None:
                     await self._client.ack(ctx)
@@ -578,6 +599,8 @@ class JobRunner:
                     exc,
                 )
                 return Settled.SETTLE_FAILED
+            finally:
+                timer.ended = True
         assert bound.cancelled_caught
         accounts.settle_failed()
         run.log.error(
