@@ -16,6 +16,7 @@ backend's cancellation, as ``anyio.Event.wait`` does.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -53,9 +54,11 @@ class Native(Protocol):
         """A fresh :class:`Waiter`."""
         ...
 
-    def cancel_scope(self, deadline: float) -> anyio.CancelScope:
-        """A cancel scope with ``deadline`` (on trio, trio's own: anyio's is a wrapper
-        around it; typed as anyio's, whose interface it has)."""
+    def cancel_scope(
+        self, deadline: float = math.inf, *, shield: bool = False
+    ) -> anyio.CancelScope:
+        """A cancel scope with ``deadline`` and ``shield`` (on trio, trio's own: anyio's is a
+        wrapper around it; typed as anyio's, whose interface it has)."""
         ...
 
     async def checkpoint(self) -> None:
@@ -101,8 +104,10 @@ class _Asyncio:
     def waiter(self) -> Waiter:
         return _AsyncioWaiter(self._loop)
 
-    def cancel_scope(self, deadline: float) -> anyio.CancelScope:
-        return anyio.CancelScope(deadline=deadline)
+    def cancel_scope(
+        self, deadline: float = math.inf, *, shield: bool = False
+    ) -> anyio.CancelScope:
+        return anyio.CancelScope(deadline=deadline, shield=shield)
 
     async def checkpoint(self) -> None:
         # What anyio's own checkpoint is on asyncio; a cancelled anyio scope has already
@@ -161,8 +166,10 @@ class _Trio:
     def waiter(self) -> Waiter:
         return _TrioWaiter()
 
-    def cancel_scope(self, deadline: float) -> anyio.CancelScope:
-        scope: anyio.CancelScope = _trio_cancel_scope(deadline=deadline)
+    def cancel_scope(
+        self, deadline: float = math.inf, *, shield: bool = False
+    ) -> anyio.CancelScope:
+        scope: anyio.CancelScope = _trio_cancel_scope(deadline=deadline, shield=shield)
         return scope
 
     async def checkpoint(self) -> None:
@@ -179,8 +186,10 @@ class _Anyio:
     def waiter(self) -> Waiter:
         return anyio.Event()
 
-    def cancel_scope(self, deadline: float) -> anyio.CancelScope:
-        return anyio.CancelScope(deadline=deadline)
+    def cancel_scope(
+        self, deadline: float = math.inf, *, shield: bool = False
+    ) -> anyio.CancelScope:
+        return anyio.CancelScope(deadline=deadline, shield=shield)
 
     async def checkpoint(self) -> None:
         await anyio.lowlevel.checkpoint()

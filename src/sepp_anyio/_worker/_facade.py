@@ -151,7 +151,7 @@ from .._cron import Cron
 from .._health import LaneProbe, MetricsRegistry, WorkerHealth
 from .._health._source import DEFAULT_MARGIN, DEFAULT_UNREADY_AFTER
 from .._io._deadlines import Deadlines
-from .._io._native import native
+from .._io._native import ANYIO, Native, native
 from .._logcontext import job_log_records
 from .._model._checks import check_count, check_seconds, check_str
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
@@ -432,6 +432,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         # The settles' bounds (a task per run(), see _start_deadlines) and the backend's
         # clock (anyio's until a run knows the backend).
         self._deadlines = Deadlines()
+        self._native: Native = ANYIO
         self._now: Callable[[], float] = anyio.current_time
         # Jobs holding a max_in_flight token now, over all lanes, and the most ever at once
         # (the other counters are per lane).

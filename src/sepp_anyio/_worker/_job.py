@@ -177,6 +177,7 @@ class JobRunner:
     _state: Any
     _timer: HeartbeatTimer | None
     _deadlines: Deadlines
+    _native: Native
     _now: Callable[[], float]
     _runs: set[JobRun]
     _in_flight: int
@@ -339,6 +340,7 @@ class JobRunner:
         (see ``_io._deadlines``)."""
         scope = anyio.CancelScope()
         deadlines = self._deadlines = Deadlines()
+        self._native = native
         self._now = native.now
 
         async def serve() -> None:
@@ -521,12 +523,17 @@ class JobRunner:
             await settles.acquire_on_behalf_of(run)
         run.phase = Phase.SETTLING
         lane.settling += 1
+        # Read first: the token wakes a reserve loop that waits for one.
+        woken = lane.awaiting_token
         self._give_token_back(run)
-        # Let the reserve loop, woken by the token, send its reserve before this job's
-        # ack or nack goes out ("Order on the wire" in the module docs). Shielded like
-        # the rest of the settle: the outcome is decided and is settled regardless.
-        for _ in range(self._hand_off_yields):
-            await anyio.lowlevel.checkpoint()
+        if woken:
+            # Let the reserve loop, woken by the token, send its reserve before this job's
+            # ack or nack goes out ("Order on the wire" in the module docs). Shielded like
+            # the rest of the settle: the outcome is decided and is settled regardless. A
+            # loop that is not waiting for a token (its reserve is on its way) has nothing
+            # to send first: then the ack goes at once, without two task switches on trio.
+            for _ in range(self._hand_off_yields):
+                await self._native.checkpoint()
 
     async def _settle(
         self,
@@ -553,8 +560,9 @@ class JobRunner:
         # One scope for the hand-off and the call: shielded from outer cancellation, and
         # cancelled at its deadline, which starts once a settle slot is taken. The
         # worker's deadline task keeps that deadline: on trio a scope's own costs a
-        # twentieth of a job's CPU, and it almost never fires.
-        with anyio.CancelScope(shield=True) as bound:
+        # twentieth of a job's CPU, and it almost never fires. (The backend's own scope:
+        # on trio, anyio's is a wrapper around trio's.)
+        with self._native.cancel_scope(shield=True) as bound:
             await self._hand_off(run)
             timer = self._deadlines.cancel_at(bound, self._now() + _SETTLE_TIMEOUT)
             try:

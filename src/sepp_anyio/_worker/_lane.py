@@ -222,6 +222,9 @@ class LaneRun:
     #: The reserve in progress (cancelled by shutdown) and the event set once it unwound.
     reserve_scope: anyio.CancelScope | None = None
     reserve_unwound: anyio.Event | None = None
+    #: Whether the reserve loop waits for a ``limiter`` token (a job handing one back then
+    #: wakes it, and lets it reserve before its own ack goes out).
+    awaiting_token: bool = False
     #: Every job of the lane not finished yet (running, or being settled).
     runs: set[JobRun] = field(default_factory=set)
     #: The jobs holding a ``limiter`` token, with the token (its borrower object).

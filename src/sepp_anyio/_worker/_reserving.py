@@ -115,7 +115,11 @@ class ReserveLoops(BatchRunner):
                 # The token is taken *before* reserving, so the worker never
                 # leases a job it has no room to start.
                 probe.waiting_for_capacity(anyio.current_time())
-                await limiter.acquire_on_behalf_of(first)
+                lane.awaiting_token = True
+                try:
+                    await limiter.acquire_on_behalf_of(first)
+                finally:
+                    lane.awaiting_token = False
                 holding = True
                 free = 1 + int(limiter.available_tokens)
                 allowed = free if lane.lane.max_jobs is None else min(lane.lane.max_jobs, free)
