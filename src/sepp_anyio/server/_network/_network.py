@@ -61,6 +61,8 @@ from anyio.streams.tls import TLSStream
 
 from sepp_anyio._http2 import Limits
 from sepp_anyio._io import EagerStream
+from sepp_anyio._io._deadlines import Deadlines
+from sepp_anyio._io._native import native
 
 from .._config._config import ServerConfig
 from .._console import open_configured_console
@@ -118,11 +120,11 @@ def call_soon_threadsafe(token: anyio.lowlevel.EventLoopToken, func: Callable[[]
     Raises:
         RuntimeError: the loop has ended.
     """
-    native: Any = token.native_token
-    if hasattr(native, "call_soon_threadsafe"):  # asyncio
-        native.call_soon_threadsafe(func)
+    loop: Any = token.native_token
+    if hasattr(loop, "call_soon_threadsafe"):  # asyncio
+        loop.call_soon_threadsafe(func)
     else:  # trio
-        native.run_sync_soon(func)
+        loop.run_sync_soon(func)
 
 
 def server_ssl_context(
@@ -231,6 +233,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self._request_bytes = RequestBytes(self._net.max_buffered_request_bytes)
         self._bound: tuple[str, int] | None = None
         self._connections: set[ServedConnection] = set()
+        self._deadlines = Deadlines()
         self._admission = Admission(
             self._net.max_connections,
             self._net.max_connections_per_ip,
@@ -292,6 +295,10 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
         self._stopping = False
         try:
             async with anyio.create_task_group() as tg:
+                # The calls' deadlines, for every connection (one task, see _io._deadlines);
+                # it ends last, after the stop below, and a fresh one serves a next run.
+                self._deadlines = Deadlines()
+                tg.start_soon(self._deadlines.run, native(), name="sepp server call deadlines")
                 accept_scope = anyio.CancelScope()
                 tg.start_soon(self._accept_loop, listener, accept_scope, tg, routes, codec)
                 try:
@@ -417,6 +424,7 @@ class NetworkServer(anyio.AsyncContextManagerMixin):
                 request_bytes=self._request_bytes,
                 on_idle=self._admission.wake,
                 fair_reads=isinstance(raw, EagerStream),
+                deadlines=self._deadlines,
             )
             self._admission.attach(slot, connection)
             self._connections.add(connection)

@@ -86,6 +86,7 @@ from sepp_anyio._http2 import (
     WindowUpdated,
 )
 from sepp_anyio._io import EagerStream
+from sepp_anyio._io._deadlines import Deadlines
 from sepp_anyio._io._native import ANYIO, Native, native
 from sepp_anyio._model._error_root import StatusCode
 
@@ -155,8 +156,12 @@ class ServedConnection:
         request_bytes: RequestBytes | None = None,
         on_idle: Callable[[], None] | None = None,
         fair_reads: bool = False,
+        deadlines: Deadlines | None = None,
     ) -> None:
         self.h2 = Connection(client_side=False, limits=limits)
+        # The server's deadline task, which keeps the calls' grpc-timeouts (see _run_call);
+        # without one (or on a clock of the caller's) each call's scope keeps its own.
+        self._deadlines = deadlines if clock is None else None
         # Our own streams write without an await when the kernel takes the bytes at once.
         self._eager = stream if isinstance(stream, EagerStream) else None
         self._fair_reads = fair_reads
@@ -531,13 +536,27 @@ class ServedConnection:
                     await anyio.sleep(seconds)
                     self._end_call(call, StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
                 return
-            with self._native.cancel_scope(self._clock() + seconds) as scope:
-                call.scope = scope
-                if call.gone:
-                    # Reset before its task ran (on_gone had no scope to cancel): a
-                    # long poll must not park, and lease jobs, for a reply nobody reads.
-                    scope.cancel()
-                await route.handler(call)
+            deadline = self._clock() + seconds
+            deadlines = self._deadlines
+            if deadlines is None or deadline == math.inf:
+                scope, timer = self._native.cancel_scope(deadline), None
+            else:
+                # The server's deadline task cancels the scope if the deadline comes: on
+                # asyncio a scope's own deadline is a timer handle made and cancelled per
+                # call, a twentieth of a durable job's CPU (see _io._deadlines).
+                scope = self._native.cancel_scope()
+                timer = deadlines.cancel_at(scope, deadline)
+            try:
+                with scope:
+                    call.scope = scope
+                    if call.gone:
+                        # Reset before its task ran (on_gone had no scope to cancel): a
+                        # long poll must not park, and lease jobs, for a reply nobody reads.
+                        scope.cancel()
+                    await route.handler(call)
+            finally:
+                if timer is not None:
+                    timer.ended = True
             if scope.cancelled_caught and not call.gone and not call.finished:
                 self._end_call(call, StatusCode.DEADLINE_EXCEEDED, "Deadline exceeded")
         except CallGone:
