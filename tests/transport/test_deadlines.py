@@ -11,28 +11,19 @@ from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
 from sepp_anyio._io._deadlines import Deadlines
 from sepp_anyio._io._native import native
 from sepp_anyio._model._error_root import StatusCode
 from sepp_anyio._transport._connection import CallState
-from tests.worker._vtime import VirtualTimeLoop
+from tests.server_hostile._vclock import VIRTUAL_BACKENDS, virtual_backend
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-vtime"),
-        pytest.param(("trio", {}), id="trio-mockclock"),
-    ]
-)
+@pytest.fixture(params=VIRTUAL_BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    backend, options = request.param
-    if backend == "trio":
-        options = {"clock": trio.testing.MockClock(autojump_threshold=0)}
-    return backend, options
+    return virtual_backend(request)
 
 
 @pytest.fixture
