@@ -2,8 +2,9 @@
 
 Usage: ``python benchmarks/_worker_child.py '<json spec>'``; prints one JSON object.
 
-The spec names the client (``sepp-anyio/asyncio``, ``sepp-anyio/trio`` or ``sepp-py``), the
-server address and the scenario:
+The spec names the client (``sepp-anyio/asyncio``, ``sepp-anyio/trio`` or ``sepp-py``; or
+``floor/asyncio``, ``floor/trio``: not a worker but the least one on our client can do, for the
+``throughput`` scenario only), the server address and the scenario:
 
 * ``throughput``: for each of ``rows`` (``jobs``, ``max_in_flight``, handler ``sleep``):
   enqueue the jobs, then time a worker whose handler returns at once or awaits ``sleep``
@@ -115,9 +116,52 @@ async def _ours(spec: dict[str, Any]) -> Any:
             size = min(BATCH, count - start)
             await client.enqueue_batch([EnqueueRequest(queue, "t") for _ in range(size)])
 
+    async def floor_loop(
+        client: Client, queue: str, jobs: int, max_in_flight: int, sleep: float
+    ) -> None:
+        """The floor, not a worker: the least a worker on this client can do for ``jobs``
+        jobs at ``max_in_flight``: reserve what is free, run each job on a task of its own
+        (the sleep, or nothing), give its slot back, ack it. No handler registry, log
+        context, span, accounting, metrics, lease watch or shielded settle."""
+        free = max_in_flight
+        room = anyio.Event()
+
+        async def one(job: sepp_anyio.Job) -> None:
+            nonlocal free
+            if sleep:
+                began = time.perf_counter()
+                await anyio.sleep(sleep)
+                slept[0] += time.perf_counter() - began
+            free += 1
+            room.set()
+            await client.ack(job.ctx)
+
+        async with anyio.create_task_group() as tg:
+            taken = 0
+            while taken < jobs:
+                if not free:
+                    room = anyio.Event()
+                    await room.wait()
+                batch = await client.reserve(
+                    [queue], lease=30.0, wait=30.0, max_jobs=min(free, jobs - taken)
+                )
+                reserves[0] += 1
+                free -= len(batch)
+                taken += len(batch)
+                for job in batch:
+                    tg.start_soon(one, job)
+
     async def throughput(client: Client, jobs: int, max_in_flight: int, sleep: float) -> float:
         queue = _queue()
         await enqueue(client, queue, jobs)
+        if spec["kind"].startswith("floor/"):
+            reserves[0] = 0
+            meter.start()
+            started = time.perf_counter()
+            await floor_loop(client, queue, jobs, max_in_flight, sleep)
+            elapsed = time.perf_counter() - started
+            meter.stop()
+            return elapsed
         worker = Worker(client, [queue], max_in_flight=max_in_flight, wait=30.0)
         handled = 0
 
@@ -393,7 +437,7 @@ def measure(spec: dict[str, Any]) -> Any:
     kind = spec["kind"]
     if kind == "sepp-py":
         return asyncio.run(_sepp_py(spec))
-    if kind.startswith("sepp-anyio/"):
+    if kind.startswith(("sepp-anyio/", "floor/")):
         import anyio
 
         return anyio.run(_ours, spec, backend=kind.split("/", 1)[1])

@@ -51,7 +51,9 @@ def server() -> Iterator[ServerProcess]:
         process.stop()
 
 
-@pytest.mark.parametrize("kind", ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio"])
+@pytest.mark.parametrize(
+    "kind", ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio", "floor/asyncio", "floor/trio"]
+)
 def test_worker_benchmark_child_measures_each_client(server: ServerProcess, kind: str) -> None:
     spec = {
         "kind": kind,
