@@ -9,13 +9,14 @@ Shape (the reason this library exists)::
             ├── the heartbeat timer (with heartbeats: auto_extend or max_lease_time)
             │     take a CapacityLimiter token, then the lane's rate tokens, then
             │     reserve min(max_jobs, free tokens, rate tokens)
-            └── one task per job, holding its token until its outcome is decided,
-                then a settle slot (and no token) until the ack or nack is done
+            └── one task per job (on trio, in a nursery of trio's inside the group:
+                ``_spawn``), holding its token until its outcome is decided, then a
+                settle slot (and no token) until the ack or nack is done
                   └── the heartbeat's task group, whose cancel scope is the job's
                         ├── middleware, then the handler, in the handler's own scope
                         │   (a shutdown cancels it; its deadline is the job's timeout;
-                        │   with neither a timeout nor a heartbeat there is none, and a
-                        │   shutdown cancels the job's task: see JobRun.handler_scope)
+                        │   on asyncio without a timeout or a heartbeat there is none,
+                        │   and a shutdown cancels the job's task: JobRun.handler_scope)
                         └── the heartbeat (extends the lease; cancels the job if lost),
                             started there by the heartbeat timer when its first wait
                             is over (``_heartbeat_timer``: most jobs end before)
@@ -158,7 +159,6 @@ from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
 from .._model._errors import (
     DuplicateHandlerError,
 )
-from .._model._groups import unwrap
 from .._model._job import JobCtx
 from .._model._payload import Payload
 from .._model._retry_policy import DEFAULT_RETRY, Retry
@@ -183,6 +183,7 @@ from ._registry import (
     check_handler,
 )
 from ._reserving import MAX_REFUSED_BACKOFF, ReserveLoops
+from ._spawn import job_starter, lone_error
 from ._statistics import WorkerStatistics
 
 if TYPE_CHECKING:
@@ -214,15 +215,6 @@ BatchFunction: TypeAlias = Callable[[list[BatchItem[T]], BatchCtx[_S]], Awaitabl
 
 #: The lane name of the single reserve loop in health probes and metrics.
 _LANE = "default"
-
-
-def _lone_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The single leaf of ``group`` (through nested single-member groups), if it is one
-    exception that is not a cancellation; else None."""
-    error = unwrap(group)
-    if isinstance(error, BaseExceptionGroup | anyio.get_cancelled_exc_class()):
-        return None
-    return error
 
 
 def default_worker_id() -> str:
@@ -924,16 +916,17 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     if self._shutdown_requested:
                         self._health.mark_shutting_down()
                     task_status.started()
-                    await self._reserve_loops(tg)
-                    crons.cancel()  # a worker that stops taking jobs stops scheduling them
-                    self._close_batches()  # what they gathered runs now; then they end
-                    await self._drain()
+                    async with job_starter(tg) as jobs:
+                        await self._reserve_loops(jobs)
+                        crons.cancel()  # a worker that stops taking jobs stops scheduling them
+                        self._close_batches()  # what they gathered runs now; then they end
+                        await self._drain()
                     heartbeats.cancel()  # no job is left to start a heartbeat for
                     deadlines.cancel()  # nor a settle to bound
             except BaseExceptionGroup as group:
                 # The task groups are an implementation detail: one error (a handler's
                 # KeyboardInterrupt, say) comes out as itself, not nested in two groups.
-                error = _lone_error(group)
+                error = lone_error(group)
                 if error is None:
                     raise
                 raise error from None
@@ -992,7 +985,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                 finally:
                     self.shutdown()
         except BaseExceptionGroup as group:
-            error = _lone_error(group)
+            error = lone_error(group)
             if error is None:
                 raise
             raise error from None

@@ -226,7 +226,7 @@ class JobRunner:
                 # It is the deadline of the handler's scope: one scope for the timeout and
                 # a shutdown (cheaper per job than two); the flags tell them apart.
                 limit = self._timeouts.get(ctx.job_type, self._job_timeout)
-                scope = run.handler_scope  # made when there is a limit (_start_job)
+                scope = run.handler_scope  # made when there is a limit, or on trio (_start_job)
                 if limit is not None:
                     assert scope is not None
                     scope.deadline = anyio.current_time() + limit

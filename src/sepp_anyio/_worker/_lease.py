@@ -65,9 +65,10 @@ class JobRun:
     #: has returned (one that ignores the cancellation must not lose its job to another
     #: worker meanwhile, and its nack needs the lease). Without either, a shutdown cancels
     #: the job's task (:attr:`task`): one cancel scope fewer per job is about a tenth of
-    #: the memory a job in flight costs.
+    #: the memory a job in flight costs. On trio every job has one (trio's own), since
+    #: its task has no handle (``_spawn``).
     handler_scope: anyio.CancelScope | None = None
-    #: The job's task (set as it is started).
+    #: The job's task handle (set as it is started; None on trio, see ``_spawn``).
     task: anyio.TaskHandle[None] | None = None
     #: The job's scope, the handler's and its heartbeat's, cancelled when the lease is
     #: lost: the heartbeat's task group's (set as it starts; None without a heartbeat).

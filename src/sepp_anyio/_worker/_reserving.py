@@ -26,6 +26,7 @@ from ._batch import BatchRunner
 from ._job import JOB_TASK_NAME
 from ._lane import LaneRun
 from ._lease import JobRun
+from ._spawn import JobStarter
 
 logger = logging.getLogger("sepp_anyio.worker")
 
@@ -63,15 +64,16 @@ class ReserveLoops(BatchRunner):
         """Stop reserving and drain (the worker's own, :meth:`Worker.shutdown`)."""
         raise NotImplementedError
 
-    async def _reserve_loops(self, tg: anyio.abc.TaskGroup) -> None:
-        """Every lane's reserve loop; returns when all of them have stopped.
+    async def _reserve_loops(self, jobs: JobStarter) -> None:
+        """Every lane's reserve loop, starting job tasks with ``jobs``; returns when all of
+        them have stopped.
 
         Raises:
             UnauthenticatedError, UnknownQueuesError: the first lane's refusal (see
                 :meth:`_reserve`), alone, whatever the number of lanes.
         """
         if len(self._lanes) == 1:
-            await self._reserve_loop(tg, self._lanes[0])
+            await self._reserve_loop(jobs, self._lanes[0])
             return
         # The first refusal ends the run; the other lanes' (their reserves were refused in
         # the same round, before the cancellation reached them) are the same news, and
@@ -81,7 +83,7 @@ class ReserveLoops(BatchRunner):
         async def lane_loop(lane: LaneRun) -> None:
             nonlocal refusal
             try:
-                await self._reserve_loop(tg, lane)
+                await self._reserve_loop(jobs, lane)
             except (UnauthenticatedError, UnknownQueuesError) as exc:
                 if refusal is None:
                     refusal = exc
@@ -95,7 +97,7 @@ class ReserveLoops(BatchRunner):
         if refusal is not None:
             raise refusal
 
-    async def _reserve_loop(self, tg: anyio.abc.TaskGroup, lane: LaneRun) -> None:
+    async def _reserve_loop(self, jobs: JobStarter, lane: LaneRun) -> None:
         stop = self._stop
         limiter = lane.limiter
         assert stop is not None and limiter is not None
@@ -103,7 +105,7 @@ class ReserveLoops(BatchRunner):
         while not stop.is_set():
             first = object()
             holding = False
-            jobs: list[Job] | None = None
+            reserved: list[Job] | None = None
             # What the reserve may ask for: free capacity, max_jobs, the rate's tokens.
             allowed = 0
             quiet, finished = False, self._finished
@@ -132,22 +134,22 @@ class ReserveLoops(BatchRunner):
                 # Nothing in flight anywhere as it is sent: an empty answer means idle.
                 quiet, finished = not self._runs, self._finished
                 probe.reserving(anyio.current_time())
-                jobs = await self._reserve(lane, allowed)
+                reserved = await self._reserve(lane, allowed)
             probe.between(anyio.current_time())
             lane.reserve_scope = None
             unwound.set()
             if lane.bucket is not None and allowed:
-                lane.bucket.give_back(allowed - len(jobs or ()))
-            if not jobs:
+                lane.bucket.give_back(allowed - len(reserved or ()))
+            if not reserved:
                 # Failed (already backed off), empty, or interrupted by
                 # shutdown; a reserve that *returned* jobs is never dropped.
                 if holding:
                     limiter.release_on_behalf_of(first)
-                if self._until_idle and jobs is not None:
+                if self._until_idle and reserved is not None:
                     await self._idle_or_next(lane, quiet, finished)
                 continue
             lane.idle_at = None
-            for index, job in enumerate(jobs):
+            for index, job in enumerate(reserved):
                 token: object = first if index == 0 else object()
                 if index:
                     # We asked for no more than the free capacity, so a token is
@@ -158,8 +160,8 @@ class ReserveLoops(BatchRunner):
                     except anyio.WouldBlock:
                         with anyio.CancelScope(shield=True):
                             await limiter.acquire_on_behalf_of(token)
-                self._start_job(tg, lane, token, job)
-            self._took(len(jobs))
+                self._start_job(jobs, lane, token, job)
+            self._took(len(reserved))
 
     def _took(self, count: int) -> None:
         """``count`` jobs were taken: at ``run(job_limit=...)``'s limit, shut down."""
@@ -308,18 +310,18 @@ class ReserveLoops(BatchRunner):
 
     # ------------------------------------------------------------ one job
 
-    def _start_job(self, tg: anyio.abc.TaskGroup, lane: LaneRun, token: object, job: Job) -> None:
-        # The handler gets a scope of its own only when a timeout or a heartbeat needs one
-        # (JobRun.handler_scope).
+    def _start_job(self, jobs: JobStarter, lane: LaneRun, token: object, job: Job) -> None:
+        # The handler gets a scope of its own only when a timeout or a heartbeat needs one,
+        # or when its task has no handle to stop it by (JobRun.handler_scope, _spawn).
         # A job of a batch handler's type goes to its collector; its batch has the scope.
         collector = self._collectors.get(job.ctx.job_type) if self._collectors else None
-        timed = self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
+        scoped = collector is None and (
+            jobs.scoped
+            or self._timer is not None
+            or self._timeouts.get(job.ctx.job_type, self._job_timeout) is not None
+        )
         run = JobRun(
-            job.ctx,
-            lane=lane,
-            handler_scope=anyio.CancelScope()
-            if collector is None and (timed or self._timer is not None)
-            else None,
+            job.ctx, lane=lane, handler_scope=self._native.cancel_scope() if scoped else None
         )
         self._runs.add(run)
         lane.runs.add(run)
@@ -331,6 +333,6 @@ class ReserveLoops(BatchRunner):
         if collector is not None:
             collector.add(run, job)
             return
-        run.task = task = tg.start_soon(self._job_task, job, run, name=JOB_TASK_NAME)
-        if run.stop_reason is not None and run.handler_scope is None:
+        run.task = task = jobs.start(self._job_task, job, run, JOB_TASK_NAME)
+        if task is not None and run.stop_reason is not None and run.handler_scope is None:
             task.cancel()  # stopped while an eager task factory ran its first steps
