@@ -20,7 +20,7 @@ any other backend) the job tasks start in the task group itself, with the handle
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobStarter", "job_starter", "lone_error"]
 
-JobTask = Callable[["Job", "JobRun"], Awaitable[None]]
+JobTask = Callable[["Job", "JobRun"], Coroutine[Any, Any, None]]
 
 
 class JobStarter(Protocol):
