@@ -14,6 +14,12 @@ Compares, in one run and against the same grpclib server (its own process):
   writing the response in the two writes a grpclib server makes: headers and message,
   then trailers), with no HTTP/2 or gRPC logic at all. How far above it each client
   is, is what the HTTP/2 and gRPC layers cost.
+* ``ceiling/blocking``: the ceiling of the sequential column, not a client: against the
+  same grpclib server, after a handshake and two calls through our own core, each call
+  sends the steady-state request bytes of that core (only the stream id changes) on a
+  blocking socket, with no event loop, and reads until the response's trailers; nothing
+  is decoded. No client can make sequential calls to that server faster on the same
+  machine, so its ratio to grpclib is the most any client's sequential ratio can be.
 
 Each client runs in a fresh subprocess per round (so CPU time is its own);
 rounds interleave the clients so that machine noise hits all of them alike,
@@ -40,6 +46,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CLIENTS = ["grpclib", "sepp-anyio/asyncio", "sepp-anyio/trio", "grpcio-aio"]
 FLOORS = ["floor/asyncio", "floor/trio"]
+# Sequential calls only (no event loop to run concurrent callers on).
+CEILINGS = ["ceiling/blocking"]
 CONCURRENCY = (32, 256)
 
 
@@ -129,6 +137,79 @@ def exchange_bytes() -> tuple[bytes, bytes, bytes]:
     return exchange
 
 
+def _blocking_ceiling(port: int, calls: int) -> dict[str, float]:
+    """``ceiling/blocking`` (see the module docs): sequential calls/s and CPU per call."""
+    from sepp_anyio import _http2
+    from sepp_anyio._grpc import encode_message
+    from sepp_anyio._proto.sepp import v1 as pb
+    from sepp_anyio._wire._codec import encode
+
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/sepp.v1.QueueService/Ack"),
+        (b":authority", f"127.0.0.1:{port}".encode()),
+        (b"te", b"trailers"),
+        (b"content-type", b"application/grpc+proto"),
+        (b"user-agent", b"sepp-anyio"),
+        (b"grpc-timeout", b"30S"),
+    ]
+    body = encode_message(encode(pb.AckRequest(job_id="bench", attempt=1)))
+    # A connection window no run of this script uses up: no WINDOW_UPDATE is ever due.
+    conn = _http2.Connection(client_side=True, connection_window=1 << 30)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(conn.data_to_send())
+    request, stream_id = b"", 0
+    for _ in range(2):  # the second call's bytes are those of every later one
+        stream_id = conn.open_stream(headers, cache_key="ack")
+        conn.send_data(stream_id, body, end_stream=True)
+        request = conn.data_to_send()
+        sock.sendall(request)
+        ended = False
+        while not ended:
+            for event in conn.receive_data(sock.recv(65536), 0.0):
+                ended = ended or (
+                    isinstance(event, _http2.TrailersReceived) and event.stream_id == stream_id
+                )
+            sock.sendall(conn.data_to_send())
+    template = bytearray(request)
+    id_offsets = []  # where the stream id of each frame of the request is
+    at = 0
+    while at < len(template):
+        if int.from_bytes(template[at + 5 : at + 9], "big") == stream_id:
+            id_offsets.append(at + 5)
+        at += 9 + int.from_bytes(template[at : at + 3], "big")
+    pending = bytearray()
+
+    def call() -> None:
+        nonlocal stream_id
+        stream_id += 2
+        for offset in id_offsets:
+            template[offset : offset + 4] = stream_id.to_bytes(4, "big")
+        sock.sendall(template)
+        while True:
+            pending.extend(sock.recv(65536))
+            while len(pending) >= 9:  # whole frames: the trailers are HEADERS + END_STREAM
+                size = 9 + int.from_bytes(pending[:3], "big")
+                if len(pending) < size:
+                    break
+                kind, flags = pending[3], pending[4]
+                stream = int.from_bytes(pending[5:9], "big") & 0x7FFFFFFF
+                del pending[:size]
+                if kind == 0x1 and flags & 0x1 and stream == stream_id:
+                    return
+
+    for _ in range(200):
+        call()
+    started, cpu = time.perf_counter(), _cpu()
+    for _ in range(calls):
+        call()
+    elapsed, cpu_used = time.perf_counter() - started, _cpu() - cpu
+    sock.close()
+    return {"seq": calls / elapsed, "cpu_per_10k": cpu_used / calls * 10_000}
+
+
 async def _floor_server(port: int) -> None:
     """The floor's scripted peer: for every request's worth of bytes read, the response."""
     request, first, trailers = exchange_bytes()
@@ -150,6 +231,8 @@ async def _floor_server(port: int) -> None:
 
 
 def run_client(kind: str, port: int, calls: int) -> dict[str, float]:
+    if kind == "ceiling/blocking":
+        return _blocking_ceiling(port, calls)
     if kind.startswith("floor"):
         import anyio
 
@@ -256,7 +339,7 @@ def main() -> None:
             assert started.stdout.readline().strip() == "ready"
         best: dict[str, dict[str, float]] = {}
         for round_no in range(args.rounds):
-            for kind in CLIENTS + FLOORS:
+            for kind in CLIENTS + FLOORS + CEILINGS:
                 out = subprocess.run(
                     [
                         sys.executable,
@@ -301,13 +384,22 @@ def main() -> None:
     )
     print("| client | " + " | ".join(titles) + " |")
     print("|---|" + "---|" * len(columns))
-    for kind in CLIENTS + FLOORS:
+    for kind in CLIENTS + FLOORS + CEILINGS:
         cells = []
         for column in columns:
+            if column not in best[kind]:
+                cells.append("-")
+                continue
             value, ratio = best[kind][column], best[kind][column] / base[column]
             fmt = f"{value:.2f}" if column == "cpu_per_10k" else f"{value:.0f}"
             cells.append(f"{fmt} ({ratio:.2f}x)")
         print(f"| {kind} | " + " | ".join(cells) + " |")
+    ceiling = best["ceiling/blocking"]["seq"]
+    print(
+        f"\nSequential calls/s as a share of the ceiling ({ceiling:.0f}/s, "
+        f"{ceiling / base['seq']:.2f}x grpclib's): "
+        + ", ".join(f"{kind} {best[kind]['seq'] / ceiling:.0%}" for kind in CLIENTS)
+    )
     print("\nCPU per call above the floor (client minus the floor, same backend), us:\n")
     for kind in CLIENTS:
         floor = best["floor/trio" if kind.endswith("trio") else "floor/asyncio"]
