@@ -169,7 +169,7 @@ def main() -> None:
                             print(
                                 f"round {round_no} {delay:g} ms {kind:19s} {label:25s} "
                                 f"{result['jobs_per_s']:6.0f} jobs/s  "
-                                f"{result['cpu_ms']:.2f} ms CPU/job  "
+                                f"{result['cpu_ms'] * 1000:.0f} us CPU/job  "
                                 f"{result['jobs_per_reserve']:.1f} jobs/reserve",
                                 file=sys.stderr,
                             )
@@ -189,8 +189,8 @@ def main() -> None:
 
     print(
         f"\nWorker throughput against one network reference server, through a proxy adding "
-        f"the latency shown each way: jobs/s (ratio vs {BASELINE}; worker process CPU ms "
-        f"per job), best of {args.rounds}\n"
+        f"the latency shown each way: jobs/s (ratio vs {BASELINE}; worker process CPU us "
+        f"per job, and its ratio), best of {args.rounds}\n"
     )
     print("| latency | handler, max_in_flight | " + " | ".join(KINDS) + " |")
     print("|---|---|" + "---|" * len(KINDS))
@@ -200,7 +200,8 @@ def main() -> None:
             rate = {kind: _best(runs, "jobs_per_s") for kind, runs in per_kind.items()}
             cpu = {kind: _best(runs, "cpu_ms", lower=True) for kind, runs in per_kind.items()}
             cells = [
-                f"{rate[kind]:.0f} ({rate[kind] / rate[BASELINE]:.2f}x; {cpu[kind]:.2f} ms)"
+                f"{rate[kind]:.0f} ({rate[kind] / rate[BASELINE]:.2f}x; {cpu[kind] * 1000:.0f} us, "
+                f"{cpu[kind] / cpu[BASELINE]:.2f}x)"
                 for kind in KINDS
             ]
             print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
