@@ -116,6 +116,21 @@ async def _ours(spec: dict[str, Any]) -> Any:
             size = min(BATCH, count - start)
             await client.enqueue_batch([EnqueueRequest(queue, "t") for _ in range(size)])
 
+    async def handler_sleep(sleep: float) -> None:
+        """A handler's work: ``sleep`` seconds, added to ``slept`` as its event loop times it."""
+        began = time.perf_counter()
+        await anyio.sleep(sleep)
+        slept[0] += time.perf_counter() - began
+
+    async def timed(run: Awaitable[None]) -> float:
+        """Seconds ``run`` takes, with this process's CPU (and the watched ones') metered."""
+        meter.start()
+        started = time.perf_counter()
+        await run
+        elapsed = time.perf_counter() - started
+        meter.stop()
+        return elapsed
+
     async def floor_loop(
         client: Client, queue: str, jobs: int, max_in_flight: int, sleep: float
     ) -> None:
@@ -129,9 +144,7 @@ async def _ours(spec: dict[str, Any]) -> Any:
         async def one(job: sepp_anyio.Job) -> None:
             nonlocal free
             if sleep:
-                began = time.perf_counter()
-                await anyio.sleep(sleep)
-                slept[0] += time.perf_counter() - began
+                await handler_sleep(sleep)
             free += 1
             room.set()
             await client.ack(job.ctx)
@@ -156,31 +169,20 @@ async def _ours(spec: dict[str, Any]) -> Any:
         await enqueue(client, queue, jobs)
         if spec["kind"].startswith("floor/"):
             reserves[0] = 0
-            meter.start()
-            started = time.perf_counter()
-            await floor_loop(client, queue, jobs, max_in_flight, sleep)
-            elapsed = time.perf_counter() - started
-            meter.stop()
-            return elapsed
+            return await timed(floor_loop(client, queue, jobs, max_in_flight, sleep))
         worker = Worker(client, [queue], max_in_flight=max_in_flight, wait=30.0)
         handled = 0
 
         async def handler(payload: Payload | None, ctx: JobCtx) -> None:
             nonlocal handled
             if sleep:
-                began = time.perf_counter()
-                await anyio.sleep(sleep)
-                slept[0] += time.perf_counter() - began
+                await handler_sleep(sleep)
             handled += 1
             if handled == jobs:
                 worker.shutdown()
 
         worker.handle("t", handler)
-        meter.start()
-        started = time.perf_counter()
-        await worker.run()
-        elapsed = time.perf_counter() - started
-        meter.stop()
+        elapsed = await timed(worker.run())
         assert worker.statistics().processed == jobs, worker.statistics()
         reserves[0] = worker.statistics().reserves
         return elapsed
