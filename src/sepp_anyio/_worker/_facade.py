@@ -870,8 +870,9 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
         self._stop = anyio.Event()
         if self._shutdown_requested:
             self._stop.set()
+        backend = native()
         for lane in self._lanes:
-            lane.start()
+            lane.start(backend.waiter)
         self._until_idle = bool(until_idle)
         self._job_done = anyio.Event() if until_idle else None
         self._sync_limiter = anyio.CapacityLimiter(self._sync_threads)
@@ -909,7 +910,7 @@ class Worker(ReserveLoops, HandlerAdapters, anyio.AsyncContextManagerMixin, Gene
                     crons = await start_crons(tg, self._client, self._crons, self.worker_id)
                     self._start_batches(tg)
                     heartbeats = self._start_heartbeat_timer(tg)
-                    deadlines = self._start_deadlines(tg, native())
+                    deadlines = self._start_deadlines(tg, backend)
                     self._health.mark_started()
                     for accounts in self._accounts.values():
                         accounts.run_started()

@@ -416,7 +416,7 @@ class JobRunner:
         if run.phase is Phase.SETTLING:
             lane.settling -= 1
             assert lane.settles is not None
-            lane.settles.release_on_behalf_of(run)
+            lane.settles.give_back()
         if not self._runs and self._idle is not None:
             self._idle.set()
         if self._job_done is not None:
@@ -517,10 +517,8 @@ class JobRunner:
         lane: LaneRun = run.lane
         settles = lane.settles
         assert settles is not None
-        try:
-            settles.acquire_on_behalf_of_nowait(run)
-        except anyio.WouldBlock:
-            await settles.acquire_on_behalf_of(run)
+        if not settles.try_take():
+            await settles.take()
         run.phase = Phase.SETTLING
         lane.settling += 1
         # Read first: the token wakes a reserve loop that waits for one.

@@ -13,7 +13,7 @@ workers with ``RateLimit(10, per=60)`` start up to a hundred jobs a minute betwe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,8 +22,10 @@ import anyio
 from .._bucket import TokenBucket
 from .._model._checks import check_count, check_queue_names, check_seconds
 from .._model._error_root import InvalidArgumentError, InvalidArgumentTypeError
+from ._slots import Slots
 
 if TYPE_CHECKING:
+    from .._io._native import Waiter
     from ._lease import JobRun
 
 __all__ = ["Lane", "LaneRun", "LaneStatistics", "RateGate", "RateLimit", "lanes_of"]
@@ -217,7 +219,7 @@ class LaneRun:
     limiter: anyio.CapacityLimiter | None = None
     #: Room for jobs whose outcome is decided and whose ack or nack is on its way
     #: (``max_in_flight`` of them), made by run() too.
-    settles: anyio.CapacityLimiter | None = None
+    settles: Slots | None = None
     bucket: RateGate | None = None
     #: The reserve in progress (cancelled by shutdown) and the event set once it unwound.
     reserve_scope: anyio.CancelScope | None = None
@@ -244,10 +246,11 @@ class LaneRun:
     reserve_errors: int = 0
     max_seen: int = 0
 
-    def start(self) -> None:
-        """Make the per-run parts (inside run(), on its event loop)."""
+    def start(self, waiter: Callable[[], Waiter]) -> None:
+        """Make the per-run parts (inside run(), on its event loop; ``waiter`` makes the
+        running backend's own wake-ups)."""
         self.limiter = anyio.CapacityLimiter(self.lane.max_in_flight)
-        self.settles = anyio.CapacityLimiter(self.lane.max_in_flight)
+        self.settles = Slots(self.lane.max_in_flight, waiter)
         self.bucket = None if self.lane.rate is None else RateGate(self.lane.rate)
         self.idle_at = None
 
