@@ -20,6 +20,15 @@ pytestmark = pytest.mark.anyio
 _BOUND = 10.0
 
 
+def _all_taken(total: int) -> Slots:
+    """Slots on the running backend's waiters, every one of them taken."""
+    slots = Slots(total, native().waiter)
+    for _ in range(total):
+        assert slots.try_take()
+    assert not slots.try_take() and slots.free == 0
+    return slots
+
+
 async def _queued(slots: Slots, count: int) -> None:
     """Yield until ``count`` takers wait (each needs a turn to start), within a few turns."""
     for _ in range(50):
@@ -39,9 +48,7 @@ async def _noted(order: list[str], count: int) -> None:
 
 
 async def test_free_slots_are_taken_at_once_and_waiters_get_them_in_order() -> None:
-    slots = Slots(2, native().waiter)
-    assert slots.try_take() and slots.try_take()
-    assert not slots.try_take() and slots.free == 0
+    slots = _all_taken(2)
     order: list[str] = []
 
     async def taker(name: str) -> None:
@@ -66,8 +73,7 @@ async def test_free_slots_are_taken_at_once_and_waiters_get_them_in_order() -> N
 
 async def test_a_waiter_keeps_its_turn_against_try_take() -> None:
     """A slot given back while someone waits goes to the waiter, not to a later try_take."""
-    slots = Slots(1, native().waiter)
-    assert slots.try_take()
+    slots = _all_taken(1)
     with anyio.fail_after(_BOUND):
         async with anyio.create_task_group() as tg:
             tg.start_soon(slots.take)
@@ -78,8 +84,7 @@ async def test_a_waiter_keeps_its_turn_against_try_take() -> None:
 
 
 async def test_a_cancelled_wait_takes_no_slot() -> None:
-    slots = Slots(1, native().waiter)
-    assert slots.try_take()
+    slots = _all_taken(1)
     with anyio.fail_after(_BOUND):
         async with anyio.create_task_group() as tg:
             tg.start_soon(slots.take)
@@ -95,8 +100,7 @@ async def test_a_slot_handed_over_as_its_wait_is_cancelled_is_not_lost() -> None
     """The slot reaches the first waiter in the same turn as its cancellation: either that
     waiter took it before the cancellation reached it (trio) and gives it back, or it
     passes it on as it unwinds (asyncio); the next waiter gets it either way."""
-    slots = Slots(1, native().waiter)
-    assert slots.try_take()
+    slots = _all_taken(1)
     order: list[str] = []
 
     async def taker(name: str) -> None:
@@ -128,8 +132,7 @@ async def test_a_slot_handed_to_a_waiter_cancelled_in_the_same_turn_goes_on() ->
     wake-up instead), which the wait raises and which must pass the slot on; on trio a
     scope's, which comes after the hand-over, so the waiter takes the slot and gives it
     back. Either way the next waiter gets it."""
-    slots = Slots(1, native().waiter)
-    assert slots.try_take()
+    slots = _all_taken(1)
     order: list[str] = []
     tasks: dict[str, asyncio.Task[object]] = {}
     on_asyncio = isinstance(anyio.lowlevel.current_token().native_token, asyncio.AbstractEventLoop)
