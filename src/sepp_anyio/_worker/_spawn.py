@@ -2,10 +2,11 @@
 
 anyio's ``TaskGroup.start_soon`` returns a ``TaskHandle`` for every task: a cancel scope of
 anyio's (on trio a wrapper around trio's, set up twice), an event and a coroutine around
-the task's own, then a trio nursery's ``start_soon`` underneath. On trio that is about a
-tenth of a no-op job's CPU in the worker (``benchmarks/worker.py``). What the worker needs
-of the handle is a way to stop one job's task at shutdown (``JobRun.stop``); a cancel scope
-of trio's own around the handler gives that too, for less.
+the task's own, then a trio nursery's ``start_soon`` underneath: on trio about 14 us a
+task, an eighth of a no-op job's CPU in the worker. What the worker needs of the handle is
+a way to stop one job's task at shutdown (``JobRun.stop``); a cancel scope of trio's own
+around the handler gives that too: a nursery's ``start_soon`` and such a scope cost about
+8 us (measured side by side; ``benchmarks/worker.py`` has what it does to a job).
 
 So on trio the job tasks start in a trio nursery (``trio.open_nursery``, trio's public
 API) opened inside the worker's task group, and every job has a handler scope of trio's
