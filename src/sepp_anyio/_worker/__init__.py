@@ -2,8 +2,9 @@
 
 The package's modules, one idea each: :mod:`._facade` (the :class:`Worker` users build and
 run), the handler registry and its checks (:mod:`._registry`), the reserve loop
-(:mod:`._reserving`), the job: its run, verdict, hand-off and settle (:mod:`._job`), the
-one accounting sink for statistics, Prometheus and OpenTelemetry (:mod:`._accounting`,
+(:mod:`._reserving`), where job tasks start (:mod:`._spawn`), the job: its run, verdict,
+hand-off and settle (:mod:`._job`), a lane's settle slots (:mod:`._slots`), the one
+accounting sink for statistics, Prometheus and OpenTelemetry (:mod:`._accounting`,
 :mod:`._statistics`), the lanes (:mod:`._lane`), a job's lease and heartbeats
 (:mod:`._lease`, :mod:`._heartbeat_timer`), the lifespan (:mod:`._lifespan`), middleware
 (:mod:`._middleware`), the outcome hook (:mod:`._outcome`), batch handlers
