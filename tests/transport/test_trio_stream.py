@@ -111,6 +111,56 @@ async def test_a_peer_that_keeps_the_socket_full_does_not_starve_other_tasks() -
     assert ticks > 0
 
 
+async def test_pump_hands_each_read_to_the_handler_until_it_says_stop() -> None:
+    """What comes after the handler said stop waits for the next receive."""
+    async with connected_pair() as (ours, peer):
+        seen: list[bytes] = []
+
+        def handler(data: bytes) -> bool:
+            seen.append(data)
+            return not data.endswith(b"stop")
+
+        async with anyio.create_task_group() as tg:
+
+            async def pump() -> None:
+                with anyio.fail_after(10):
+                    await ours.pump(handler)
+
+            tg.start_soon(pump)
+            await peer.send(b"one")
+            await eventually(lambda: len(seen) == 1, within=10, what="the first read")
+            await peer.send(b"stop")
+        assert seen == [b"one", b"stop"]
+        await peer.send(b"later")
+        assert await _receive_all(ours, 5) == b"later"
+        assert len(seen) == 2
+
+
+async def test_pump_raises_what_the_handler_raised_and_ends_with_the_connection() -> None:
+    async with connected_pair() as (ours, peer):
+
+        def handler(data: bytes) -> bool:
+            raise LookupError(f"from the handler: {data!r}")
+
+        await peer.send(b"boom")
+        with anyio.fail_after(10), pytest.raises(LookupError, match="b'boom'"):
+            await ours.pump(handler)
+        await peer.aclose()
+        with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):
+            await ours.pump(lambda data: True)
+
+
+async def test_a_cancelled_pump_loses_nothing() -> None:
+    def handler(data: bytes) -> bool:
+        raise AssertionError("no input was sent")
+
+    async with connected_pair() as (ours, peer):
+        with anyio.move_on_after(0.01):
+            await ours.pump(handler)
+        await peer.send(b"after the cancel")
+        assert await _receive_all(ours, 16) == b"after the cancel"
+
+
 @asynccontextmanager
 async def silent_peer() -> AsyncIterator[TrioStream]:
     """Our stream, connected to a plain socket that is never read."""

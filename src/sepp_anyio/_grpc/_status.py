@@ -100,7 +100,11 @@ def read_status(headers: Sequence[tuple[bytes, bytes]]) -> None:
             of gRPC does not define, the number kept in the message).
         MalformedReplyError: the ``grpc-status`` is not a decimal number.
     """
-    raw = _header(headers, b"grpc-status")
+    raw = None
+    for key, value in headers:  # (inline: this runs once per call)
+        if key == b"grpc-status":
+            raw = value
+            break
     if raw is None:
         raise GrpcError(StatusCode.UNKNOWN, "server response carries no grpc-status")
     if raw == b"0":

@@ -28,7 +28,8 @@ class EagerStream(Protocol):
 @runtime_checkable
 class PumpStream(Protocol):
     """A byte stream that can hand its input to a function as it arrives: ours on
-    asyncio, where that function runs in asyncio's read callback, outside any task."""
+    asyncio, where that function runs in asyncio's read callback, outside any task, and
+    ours on trio, where it runs in the reading task's receive loop."""
 
     async def pump(self, handler: Callable[[bytes], bool]) -> None:
         """Give input to ``handler`` until it returns False."""

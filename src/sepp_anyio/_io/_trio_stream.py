@@ -18,7 +18,9 @@ running backend is trio.
 
 Both this stream and :class:`~._asyncio_stream.AsyncioStream` offer :meth:`write_now`,
 which lets the connection's flush write without an await (and so without the cancel
-scope that shields an await) whenever the kernel takes the bytes at once.
+scope that shields an await) whenever the kernel takes the bytes at once, and ``pump``,
+which hands every read to the connection's parser as it comes (here from the reader's
+own loop: trio has no read callbacks), without a return to the reader's loop per read.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ __all__ = ["TrioStream", "connect_trio_tcp"]
 # Receives in a row that found data at once; after this many, one yields to the scheduler
 # so that a peer that keeps the socket full cannot starve the other tasks.
 _MAX_EAGER_RECEIVES = 16
+# What one read of :meth:`TrioStream.pump` takes at most (the connection's own read size).
+_PUMP_READ = 1 << 16
 
 
 class TrioStream(anyio.abc.ByteStream):
@@ -104,6 +108,43 @@ class TrioStream(anyio.abc.ByteStream):
             self._drained = len(data) < max_bytes
             self._eager += 1
             return data
+
+    async def pump(self, handler: Callable[[bytes], bool]) -> None:
+        """Hand the input to ``handler`` as it arrives, until ``handler`` returns False.
+
+        The same loop as :meth:`receive`, with ``handler`` called in it: a reader that
+        parses every read at once saves the frames of a ``receive`` call and its return
+        to the reader's loop on every read (two per unary call). ``handler`` must not
+        await. Returns once ``handler`` has returned False.
+
+        Raises:
+            anyio.EndOfStream: the peer closed the connection.
+            anyio.BrokenResourceError: the connection failed.
+            anyio.ClosedResourceError: this stream was closed.
+            BaseException: what ``handler`` raised.
+
+        On cancellation nothing is lost: no bytes are read while waiting.
+        """
+        sock = self._sock
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if self._drained or self._eager >= _MAX_EAGER_RECEIVES:
+                self._eager = 0
+                await self._wait(trio.lowlevel.wait_readable)
+            try:
+                data = sock.recv(_PUMP_READ)
+            except BlockingIOError:
+                self._drained = True
+                continue
+            except OSError as exc:
+                raise self._failed(exc) from exc
+            if not data:
+                raise anyio.EndOfStream
+            self._drained = len(data) < _PUMP_READ
+            self._eager += 1
+            if not handler(data):
+                return
 
     def write_now(self, data: bytes) -> bool:
         """Write ``data`` as far as the kernel takes it now; True when all of it went.

@@ -58,6 +58,9 @@ __all__ = ["UNARY_UNARY", "Channel", "default_ssl_context"]
 UNARY_UNARY = Cardinality.UNARY_UNARY
 
 logger = logging.getLogger("sepp_anyio.transport")
+# Header lists a channel keeps (one per method and whole-second timeout in use); past
+# this, the cache starts over.
+_MAX_HEADER_LISTS = 256
 
 USER_AGENT = f"sepp-anyio/{__version__}"
 
@@ -180,7 +183,9 @@ class Channel(anyio.AsyncContextManagerMixin):
         self._base_metadata: list[tuple[bytes, bytes]] = [
             (k, v) for k, v in encoded if k == b"authorization"
         ]
-        self._paths: dict[str, bytes] = {}
+        # The constant headers of a call, by path and stable grpc-timeout (None: no
+        # timeout, or one sent as a per-call literal); bounded by _MAX_HEADER_LISTS.
+        self._header_lists: dict[tuple[str, bytes | None], list[tuple[bytes, bytes]]] = {}
         # The running backend's clock and waiters, looked up once (set on entering).
         self.native: Native = _ANYIO
         # The calls' own timeouts (one task instead of a cancel scope per call).
@@ -296,21 +301,24 @@ class Channel(anyio.AsyncContextManagerMixin):
         the per-call ones (a grpc-timeout that changes every call, credentials,
         per-call metadata) are sent as literals never indexed.
         """
-        raw_path = self._paths.get(path)
-        if raw_path is None:
-            raw_path = self._paths[path] = path.encode("ascii")
-        headers = [
-            (b":method", b"POST"),
-            (b":scheme", self._scheme),
-            (b":path", raw_path),
-            (b":authority", self._authority),
-            *self._fixed_headers,
-            *self._indexed_metadata,
-        ]
-        if timeout is not None and stable_timeout:
-            # The same on every call with this timeout (whole seconds): indexed once,
-            # then a one-byte reference like the headers above.
-            headers.append((b"grpc-timeout", timeout))
+        key = (path, timeout if stable_timeout else None)
+        headers = self._header_lists.get(key)
+        if headers is None:
+            headers = [
+                (b":method", b"POST"),
+                (b":scheme", self._scheme),
+                (b":path", path.encode("ascii")),
+                (b":authority", self._authority),
+                *self._fixed_headers,
+                *self._indexed_metadata,
+            ]
+            if timeout is not None and stable_timeout:
+                # The same on every call with this timeout (whole seconds): indexed
+                # once, then a one-byte reference like the headers above.
+                headers.append((b"grpc-timeout", timeout))
+            if len(self._header_lists) >= _MAX_HEADER_LISTS:
+                self._header_lists.clear()
+            self._header_lists[key] = headers
         extra: list[tuple[bytes, bytes]] = []
         if timeout is not None and not stable_timeout:
             # A different value on every call: indexing it would fill the

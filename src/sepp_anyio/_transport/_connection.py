@@ -169,6 +169,7 @@ class CallState:
         "stream_id",
         "trailers",
         "unprocessed",
+        "until_end",
         "waiter",
         "wanted",
     )
@@ -196,20 +197,24 @@ class CallState:
         # usually arrives in two reads (headers and message, then trailers); waking
         # the caller after the first would cost a task switch for nothing.
         self.wanted: Callable[[CallState], bool] | None = None
+        # The same for the most common wait, a unary response's end, as a flag: no
+        # predicate to call on each of the response's three events.
+        self.until_end = False
 
     def wake(self) -> None:
         waiter = self.waiter
-        if waiter is not None:
-            wanted = self.wanted
-            if (
-                wanted is not None
-                and self.failure is None
-                and self.reset_code is None
-                and not wanted(self)
-            ):
-                return
-            self.waiter = None
-            waiter.set()
+        if waiter is None:
+            return
+        if self.failure is None and self.reset_code is None:
+            if self.until_end:
+                if not self.ended:
+                    return
+            else:
+                wanted = self.wanted
+                if wanted is not None and not wanted(self):
+                    return
+        self.waiter = None
+        waiter.set()
 
     def fail(self, error: GrpcError) -> None:
         if self.failure is None:
@@ -339,6 +344,26 @@ class Connection:
 
     # ------------------------------------------------------------ writing
 
+    def flush_now(self) -> bool:
+        """The part of :meth:`flush` that needs no await; True when nothing is left for
+        :meth:`flush` to do.
+
+        The usual case: one call in flight (nothing to coalesce with), the kernel takes
+        the bytes at once, and nothing awaits, so nothing needs shielding either. A
+        failed write fails the connection (then nothing is left to do).
+        """
+        h2conn = self.h2
+        if self._flushing or self.failure is not None or not h2conn.pending_output_bytes:
+            return True
+        eager = self._eager
+        if eager is None or len(self.calls) > 1:
+            return False
+        try:
+            return eager.write_now(h2conn.data_to_send())
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
+            return True
+
     async def flush(self, *, shield: bool = True) -> None:
         """Send everything the HTTP/2 connection has queued.
 
@@ -349,20 +374,11 @@ class Connection:
         writes). A dead peer can't block the writer forever: the keepalive
         task closes the stream, which aborts the pending write.
         """
-        h2conn = self.h2
-        if self._flushing or self.failure is not None or not h2conn.pending_output_bytes:
+        if self.flush_now():
             return
+        h2conn = self.h2
         eager = self._eager
         lone = len(self.calls) <= 1
-        if eager is not None and lone:
-            # The usual case: the kernel takes the bytes at once, and nothing awaits, so
-            # nothing needs shielding either.
-            try:
-                if eager.write_now(h2conn.data_to_send()):
-                    return
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
-                return
         self._flushing = True
         try:
             with anyio.CancelScope(shield=True) if shield else _NO_SCOPE:
@@ -403,7 +419,12 @@ class Connection:
 
     def try_acquire_slot(self) -> bool:
         """Take a free stream slot if one is free now and nobody queues for one."""
-        if self.usable and not self._slot_waiters and self._open_streams < self._max_streams:
+        if (
+            self.failure is None
+            and not self.draining
+            and not self._slot_waiters
+            and self._open_streams < self._max_streams
+        ):
             self._open_streams += 1
             return True
         return False
@@ -598,19 +619,11 @@ class Connection:
         """:meth:`_consume` from the transport's read callback; False when the reader's
         task must take over (see :meth:`_read_loop`)."""
         self._consume(data)
-        h2conn = self.h2
-        if self._terminated is not None or h2conn.should_pause_reading:
+        if self._terminated is not None or self.h2.should_pause_reading:
             return False
-        if not h2conn.pending_output_bytes or self.failure is not None:
-            return True
-        eager = self._eager
-        if eager is None or self._flushing or len(self.calls) > 1:
-            return False  # flush() coalesces, or another write is in progress
-        try:
-            return eager.write_now(h2conn.data_to_send())
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
-            return False
+        # What flush_now leaves (flush() coalesces) is for the task. (A failed write has
+        # failed the connection, which cancels the task.)
+        return self.flush_now()
 
     def _not_http2(self) -> GrpcError | None:
         """The error to report if the server's first bytes were not HTTP/2 at all (an

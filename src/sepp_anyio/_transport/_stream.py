@@ -54,7 +54,6 @@ from ._connection import CallState, Connection, deadline_exceeded, status_for_re
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._http2 import Headers
 
 __all__ = ["CallOwner", "CallShape", "Stream"]
 
@@ -79,13 +78,6 @@ _DEADLINE_SPINS = 100
 logger = logging.getLogger("sepp_anyio.transport")
 
 
-def _header(headers: Headers, name: bytes) -> bytes | None:
-    for key, value in headers:
-        if key == name:
-            return value
-    return None
-
-
 async def _deliver_expired_deadline() -> None:
     """If the caller's deadline has passed, yield until the backend delivers its cancellation.
 
@@ -99,6 +91,20 @@ async def _deliver_expired_deadline() -> None:
         if anyio.current_effective_deadline() > anyio.current_time():
             return
         await anyio.lowlevel.checkpoint()
+
+
+async def _verdict_delivered(exc: GrpcError) -> None:
+    """Before the server's status ``exc`` is raised: if it is the server's verdict on a
+    deadline of the caller's that has passed, deliver that cancellation first.
+
+    DEADLINE_EXCEEDED from the server is usually its verdict on the deadline we sent it:
+    when that was the caller's and it has passed, the caller's cancellation wins (an
+    ambient deadline is never converted into an error). So for UNKNOWN and CANCELLED,
+    what grpclib's server answers when the deadline it was sent had passed before the
+    handler started (a deadline of a millisecond, under load).
+    """
+    if exc.code in _DEADLINE_VERDICTS:
+        await _deliver_expired_deadline()
 
 
 class CallShape(Protocol):
@@ -243,8 +249,9 @@ class Stream:
         if conn.failure is not None:
             raise conn.failure
 
-    async def _wait(self, ready: Callable[[CallState], bool]) -> None:
-        """Wait until ``ready(call)`` holds, the call fails, or the deadline passes.
+    async def _wait(self, ready: Callable[[CallState], bool] | None) -> None:
+        """Wait until ``ready(call)`` holds (``ready`` None: until the response has
+        ended), the call fails, or the deadline passes.
 
         A unary request the server provably did not process (refused stream,
         or above the last stream id of a GOAWAY) is sent again on a fresh
@@ -258,17 +265,21 @@ class Stream:
             if deadline is not None and self._watched is not call and not self._deadline_covered:
                 self._watched = call
                 self._channel.watch_deadline(call, deadline)
-            while not ready(call):
+            while not (call.ended if ready is None else ready(call)):
                 if call.unprocessed and self._can_resend():
                     break
                 self._check_call(call, conn)
                 waiter = call.waiter = conn.native.waiter()
-                call.wanted = ready
+                if ready is None:
+                    call.until_end = True
+                else:
+                    call.wanted = ready
                 try:
                     await waiter.wait()
                 finally:
                     call.waiter = None
                     call.wanted = None
+                    call.until_end = False
             else:
                 return
             await self._resend()
@@ -352,7 +363,8 @@ class Stream:
             body = None
         if body is None:
             # Shielded (a frame is never cut), so the deadline need not bound it.
-            await conn.flush()
+            if not conn.flush_now():
+                await conn.flush()
         else:
             await self._send_body(call, conn, body, end=end)
 
@@ -479,7 +491,7 @@ class Stream:
             # the end of the stream once instead of three times (headers,
             # message, trailers): one wake-up per call. The reader keeps
             # acknowledging DATA meanwhile, so this cannot stall flow control.
-            await self._wait(lambda c: c.ended)
+            await self._wait(None)
         self._initial_done = True
         call = self._call  # a transparent resend may have replaced it
         assert call is not None
@@ -492,21 +504,33 @@ class Stream:
             raise GrpcError(
                 StatusCode.UNKNOWN, "the server ended the stream without response headers"
             )
-        http_status = _header(headers, b":status")
+        # One pass for the three headers read here (the first of each counts).
+        http_status = grpc_status = content_type = None
+        for key, value in headers:
+            if key == b":status":
+                if http_status is None:
+                    http_status = value
+            elif key == b"content-type":
+                if content_type is None:
+                    content_type = value
+            elif key == b"grpc-status" and grpc_status is None:
+                grpc_status = value
         if http_status != b"200":
             code = int(http_status) if http_status and http_status.isdigit() else 0
             raise GrpcError(
                 status_from_http(code),
                 f"received HTTP status {code} instead of a gRPC response",
             )
-        grpc_status = _header(headers, b"grpc-status")
         if grpc_status is not None:
             # Trailers-only: the headers are the trailers.
             self._trailers_only = True
             self._trailers_done = True
-            await self._raise_status(headers)
+            try:
+                read_status(headers)
+            except GrpcError as exc:
+                await _verdict_delivered(exc)
+                raise
             return
-        content_type = _header(headers, b"content-type")
         if content_type is None or not content_type.startswith(b"application/grpc"):
             raise GrpcError(
                 StatusCode.UNKNOWN,
@@ -572,23 +596,10 @@ class Stream:
         self._trailers_done = True
         if call.trailers is None:
             raise GrpcError(StatusCode.INTERNAL, "the server ended the stream without trailers")
-        await self._raise_status(call.trailers)
-
-    @staticmethod
-    async def _raise_status(headers: Headers) -> None:
-        """Raise the status of the trailers, if not OK.
-
-        DEADLINE_EXCEEDED from the server is usually its verdict on the deadline we sent it:
-        when that was the caller's and it has passed, the caller's cancellation wins (an
-        ambient deadline is never converted into an error). So for UNKNOWN and CANCELLED,
-        what grpclib's server answers when the deadline it was sent had passed before the
-        handler started (a deadline of a millisecond, under load).
-        """
         try:
-            read_status(headers)
+            read_status(call.trailers)
         except GrpcError as exc:
-            if exc.code in _DEADLINE_VERDICTS:
-                await _deliver_expired_deadline()
+            await _verdict_delivered(exc)
             raise
 
     def __aiter__(self) -> Stream:
