@@ -91,7 +91,6 @@ class ConnectionBase(ConnectionState):
         "_next_stream_id",
         "_now",
         "_out",
-        "_out_bytes",
         "_partial",
         "_peer",
         "_ping_reset_pending",
@@ -106,6 +105,7 @@ class ConnectionBase(ConnectionState):
         "_unreleased",
         "client_side",
         "limits",
+        "pending_output_bytes",
     )
 
     def __init__(
@@ -133,7 +133,9 @@ class ConnectionBase(ConnectionState):
         self.limits = limits
         self._streams: dict[int, Stream] = {}
         self._out: list[bytes | memoryview] = []
-        self._out_bytes = 0
+        #: Bytes queued and not yet taken by :meth:`data_to_send` (read-only outside:
+        #: a plain attribute, read after every read of the peer's input).
+        self.pending_output_bytes = 0
         self._control_frames = 0
         self._next_stream_id = 1 if client_side else 2
         self._highest_peer_stream = 0
@@ -206,7 +208,7 @@ class ConnectionBase(ConnectionState):
 
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
-        self._out_bytes += len(data)
+        self.pending_output_bytes += len(data)
 
     def _is_idle(self, stream_id: int) -> bool:
         """Whether ``stream_id`` was never opened (it is not in the dict either)."""

@@ -126,16 +126,11 @@ class Connection(Reader, Sender):
         return (MAX_STREAM_ID - self._next_stream_id) // 2 + 1
 
     @property
-    def pending_output_bytes(self) -> int:
-        """Bytes queued and not yet taken by :meth:`data_to_send`."""
-        return self._out_bytes
-
-    @property
     def should_pause_reading(self) -> bool:
         """Whether the I/O layer should stop reading until the output drains: the
         queued output is at ``limits.max_pending_output_bytes`` or more (a peer that
         does not read our replies must not make them pile up)."""
-        return self._out_bytes >= self.limits.max_pending_output_bytes
+        return self.pending_output_bytes >= self.limits.max_pending_output_bytes
 
     @property
     def queued_control_frames(self) -> int:

@@ -35,7 +35,7 @@ class Defences(ConnectionBase):
         """Queue a control frame the peer's input made us send; too many of them waiting
         means the peer sends and does not read."""
         self._out.append(data)
-        self._out_bytes += len(data)
+        self.pending_output_bytes += len(data)
         self._control_frames += 1
         if self._control_frames > self.limits.max_queued_control_frames:
             raise ProtocolViolation(

@@ -63,7 +63,7 @@ class Sender(ConnectionBase):
             return b""
         data = out[0] if len(out) == 1 and type(out[0]) is bytes else b"".join(out)
         out.clear()
-        self._out_bytes = 0
+        self.pending_output_bytes = 0
         self._control_frames = 0
         return data
 
@@ -104,7 +104,7 @@ class Sender(ConnectionBase):
                 _pack_header(size >> 8, size & 0xFF, _HEADERS, flags | _END_HEADERS, stream_id)
             )
             out.append(block)
-            self._out_bytes += 9 + size
+            self.pending_output_bytes += 9 + size
             return
         kind = _HEADERS
         for offset in range(0, size, max_frame):
@@ -114,7 +114,7 @@ class Sender(ConnectionBase):
             length = len(chunk)
             out.append(_pack_header(length >> 8, length & 0xFF, kind, flags, stream_id))
             out.append(chunk)
-            self._out_bytes += 9 + length
+            self.pending_output_bytes += 9 + length
             kind, flags = _CONTINUATION, 0
 
     def open_stream(
@@ -251,7 +251,7 @@ class Sender(ConnectionBase):
                 )
                 if size:
                     out.append(data)
-                self._out_bytes += 9 + size
+                self.pending_output_bytes += 9 + size
         else:
             view = memoryview(data)
             offset = 0
@@ -261,7 +261,7 @@ class Sender(ConnectionBase):
                 flags = _END_STREAM if ends and last else 0
                 out.append(_pack_header(length >> 8, length & 0xFF, _DATA, flags, stream_id))
                 out.append(view[offset : offset + length])
-                self._out_bytes += 9 + length
+                self.pending_output_bytes += 9 + length
                 offset += length
         stream.send_window -= allowed
         self._send_window -= allowed
@@ -293,7 +293,7 @@ class Sender(ConnectionBase):
         stream.apply(SEND_RST)
         self._resets.add(stream_id, stream.recv_available)
         self._out.append(F.rst_stream(stream_id, code))
-        self._out_bytes += 13
+        self.pending_output_bytes += 13
         return True
 
     def credit_reset_budget(self, count: int = 1) -> None:
@@ -343,7 +343,7 @@ class Sender(ConnectionBase):
     def _queue_update(self, stream_id: int, increment: int) -> None:
         # (Not counted as a reply: each one needs half a window of DATA first.)
         self._out.append(F.window_update(stream_id, increment))
-        self._out_bytes += 13
+        self.pending_output_bytes += 13
 
     def send_ping(self, data: bytes) -> None:
         """Send a PING with an 8-byte payload; its ACK comes as :class:`PingAcknowledged`.

@@ -131,7 +131,10 @@ class TrioStream(anyio.abc.ByteStream):
                 raise anyio.ClosedResourceError
             if self._drained or self._eager >= _MAX_EAGER_RECEIVES:
                 self._eager = 0
-                await self._wait(trio.lowlevel.wait_readable)
+                try:  # (_wait, inline: this task resumes here on every read)
+                    await trio.lowlevel.wait_readable(sock)
+                except trio.ClosedResourceError:
+                    raise anyio.ClosedResourceError from None
             try:
                 data = sock.recv(_PUMP_READ)
             except BlockingIOError:

@@ -457,7 +457,8 @@ class Connection:
 
     def release_slot(self) -> None:
         self._open_streams -= 1
-        self._grant_slots()
+        if self._slot_waiters:
+            self._grant_slots()
 
     def _grant_slots(self) -> None:
         limit = self._max_streams
@@ -534,7 +535,7 @@ class Connection:
             if not self.calls:
                 self.close_soon()
             raise self.unavailable(f"cannot open a stream: {exc}") from None
-        if not h2conn.stream_ids_left:
+        if stream_id + 2 > _http2.MAX_STREAM_ID:  # (h2conn.stream_ids_left is 0)
             # That was the last stream id: the next call needs a new connection.
             self.draining = True
         call = CallState(stream_id, self.max_receive_message_bytes, max_messages)
@@ -619,8 +620,14 @@ class Connection:
         """:meth:`_consume` from the transport's read callback; False when the reader's
         task must take over (see :meth:`_read_loop`)."""
         self._consume(data)
-        if self._terminated is not None or self.h2.should_pause_reading:
+        if self._terminated is not None:
             return False
+        h2conn = self.h2
+        pending = h2conn.pending_output_bytes
+        if not pending:
+            return True  # (the usual read: nothing to answer)
+        if pending >= h2conn.limits.max_pending_output_bytes:
+            return False  # (should_pause_reading)
         # What flush_now leaves (flush() coalesces) is for the task. (A failed write has
         # failed the connection, which cancels the task.)
         return self.flush_now()
@@ -721,7 +728,8 @@ class Connection:
     def _ended(self, call: CallState) -> None:
         call.ended = True
         # A sender waiting for window on this stream must stop (see Stream._send_body).
-        self._wake_window_waiters()
+        if self._window_waiters:
+            self._wake_window_waiters()
 
     def _on_reset(self, event: _http2.StreamReset) -> None:
         call = self.calls.get(event.stream_id)
