@@ -381,7 +381,7 @@ class Connection:
         lone = len(self.calls) <= 1
         self._flushing = True
         try:
-            with anyio.CancelScope(shield=True) if shield else _NO_SCOPE:
+            with self.native.cancel_scope(shield=True) if shield else _NO_SCOPE:
                 if not lone:
                     # Other calls are in flight and often queue frames in this
                     # same loop iteration (a worker acking a burst of jobs):
@@ -389,7 +389,7 @@ class Connection:
                     # write costs a syscall plus the kernel's loopback/TCP
                     # path, which dominates the client's CPU per call. A lone
                     # call skips this and keeps its latency.
-                    await anyio.lowlevel.checkpoint()
+                    await self.native.checkpoint()
                 data = h2conn.data_to_send()
                 while data:
                     await self._stream.send(data)
