@@ -16,7 +16,10 @@ The spec names the client (``sepp-anyio/asyncio``, ``sepp-anyio/trio`` or ``sepp
   ``jobs_per_reserve`` and ``handler_ms`` (the handler's own mean duration, as its event
   loop's timers make it: a 10 ms sleep lasts longer); and, once, ``reserve_ms``: the median
   round trip of a reserve of one ready job with nothing else on the connection (the least
-  any reserve can take), for the ceiling ``worker.py`` computes.
+  any reserve can take), for the ceiling ``worker.py`` computes; and ``reserve_idle_ms``,
+  the same with the process idle before each reserve for as long as the longest handler
+  sleep of the rows, as each reserve of such a row is (a machine that idles wakes up
+  slower: every process on the path pays for it).
 * ``latency``: an idle worker parked in its long poll; ``samples`` times, one job is
   enqueued (from a second connection in the same process) and the time from just before the
   enqueue call to the handler's first line is recorded. -> ``p50_ms``, ``p99_ms``.
@@ -187,11 +190,13 @@ async def _ours(spec: dict[str, Any]) -> Any:
         reserves[0] = worker.statistics().reserves
         return elapsed
 
-    async def bare_reserve_ms(client: Client) -> float:
+    async def bare_reserve_ms(client: Client, idle: float) -> float:
         queue = _queue()
         await enqueue(client, queue, RTT_SAMPLES)
         samples = []
         for _ in range(RTT_SAMPLES):
+            if idle:
+                await anyio.sleep(idle)
             began = time.perf_counter()
             jobs = await client.reserve([queue], lease=30.0, wait=1.0, max_jobs=1)
             samples.append(time.perf_counter() - began)
@@ -219,7 +224,9 @@ async def _ours(spec: dict[str, Any]) -> Any:
                         "handler_ms": slept[0] / jobs * 1000,
                     }
                 )
-            results[0]["reserve_ms"] = await bare_reserve_ms(client)
+            results[0]["reserve_ms"] = await bare_reserve_ms(client, 0.0)
+            idle = max(sleep for _, _, sleep in spec["rows"])
+            results[0]["reserve_idle_ms"] = await bare_reserve_ms(client, idle)
             return results
 
         if scenario == "latency":
@@ -340,7 +347,7 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
 
     client.reserve = counted_reserve  # type: ignore[method-assign,assignment]
 
-    async def bare_reserve_ms() -> float:
+    async def bare_reserve_ms(idle: float) -> float:
         queue = _queue()
         await enqueue(client, queue, RTT_SAMPLES)
         options = ReserveOptions(
@@ -348,6 +355,8 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
         )
         samples = []
         for _ in range(RTT_SAMPLES):
+            if idle:
+                await asyncio.sleep(idle)
             began = time.perf_counter()
             jobs = await real_reserve(options)
             samples.append(time.perf_counter() - began)
@@ -375,7 +384,9 @@ async def _sepp_py(spec: dict[str, Any]) -> Any:
                         "handler_ms": slept[0] / jobs * 1000,
                     }
                 )
-            results[0]["reserve_ms"] = await bare_reserve_ms()
+            results[0]["reserve_ms"] = await bare_reserve_ms(0.0)
+            idle = max(sleep for _, _, sleep in spec["rows"])
+            results[0]["reserve_idle_ms"] = await bare_reserve_ms(idle)
             return results
 
         if scenario == "latency":

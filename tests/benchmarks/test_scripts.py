@@ -73,6 +73,8 @@ def test_worker_benchmark_child_measures_each_client(server: ServerProcess, kind
     assert noop["handler_ms"] == 0
     assert sleeping["handler_ms"] >= 2.0  # the handler's own measured sleep
     assert noop["reserve_ms"] > 0  # the unloaded round trip, for the ceiling
+    # and the same after idling as long as the sleeping row's handler
+    assert noop["reserve_idle_ms"] > 0
 
 
 def test_connection_slots_benchmark_serves_every_fresh_client() -> None:
