@@ -14,6 +14,12 @@ Compares, in one run and against the same grpclib server (its own process):
   writing the response in the two writes a grpclib server makes: headers and message,
   then trailers), with no HTTP/2 or gRPC logic at all. How far above it each client
   is, is what the HTTP/2 and gRPC layers cost.
+* ``connection/asyncio`` and ``connection/trio``: our channel's connection and HTTP/2 core
+  alone, not a client: each call opens a stream on the channel's connection with the
+  stub's headers, sends the same request, waits for the end of the response, checks its
+  status and decodes the reply, with no generated stub, no ``Stream``, no deadline and no
+  resend. The distance from ``sepp-anyio/<backend>`` is what the stub and the ``Stream``
+  cost; from ``floor/<backend>``, what the connection and the HTTP/2 core cost.
 * ``ceiling/blocking``: the ceiling of the sequential column, not a client: against the
   same grpclib server, after a handshake and two calls through our own core, each call
   sends the steady-state request bytes of that core (only the stream id changes) on a
@@ -46,6 +52,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CLIENTS = ["grpclib", "sepp-anyio/asyncio", "sepp-anyio/trio", "grpcio-aio"]
 FLOORS = ["floor/asyncio", "floor/trio"]
+# Our connection and HTTP/2 core without the stub and the Stream (see the module docs).
+LAYERS = ["connection/asyncio", "connection/trio"]
 # Sequential calls only (no event loop to run concurrent callers on).
 CEILINGS = ["ceiling/blocking"]
 CONCURRENCY = (32, 256)
@@ -210,6 +218,49 @@ def _blocking_ceiling(port: int, calls: int) -> dict[str, float]:
     return {"seq": calls / elapsed, "cpu_per_10k": cpu_used / calls * 10_000}
 
 
+def _connection_only(backend: str, port: int, calls: int) -> dict[str, float]:
+    """``connection/<backend>`` (see the module docs): unary Acks made on the channel's
+    connection directly, as ``Stream`` makes them when nothing goes wrong."""
+    import anyio
+
+    from sepp_anyio._grpc import encode_message, read_status
+    from sepp_anyio._proto.sepp import v1 as pb
+    from sepp_anyio._transport import Channel
+    from sepp_anyio._wire._codec import decode, encode
+
+    path, timeout = "/sepp.v1.QueueService/Ack", b"30S"  # the stub's, with timeout=30.0
+
+    async def run() -> dict[str, float]:
+        async with Channel("127.0.0.1", port) as channel:
+            headers, extra = channel.request_headers(path, timeout, True, [])
+            request = pb.AckRequest(job_id="bench", attempt=1)
+
+            async def call() -> pb.AckResponse:
+                conn = channel.ready_connection() or await channel.get_connection()
+                if not conn.try_acquire_slot():
+                    await conn.acquire_slot()
+                state = conn.open_call(headers, extra, (path, timeout), end_stream=False)
+                body = encode_message(encode(request))
+                conn.h2.send_data(state.stream_id, body, end_stream=True)
+                if not conn.flush_now():
+                    await conn.flush()
+                while not state.ended:
+                    if state.failure is not None:
+                        raise state.failure
+                    waiter = state.waiter = conn.native.waiter()
+                    state.until_end = True
+                    await waiter.wait()
+                conn.release_call(state)
+                assert state.trailers is not None
+                read_status(state.trailers)
+                reply: pb.AckResponse = decode(pb.AckResponse, state.decoder.pop() or b"")
+                return reply
+
+            return await _measure(call, calls, _spawn_anyio)
+
+    return anyio.run(run, backend=backend)
+
+
 async def _floor_server(port: int) -> None:
     """The floor's scripted peer: for every request's worth of bytes read, the response."""
     request, first, trailers = exchange_bytes()
@@ -255,6 +306,8 @@ def run_client(kind: str, port: int, calls: int) -> dict[str, float]:
                 return await _measure(call, calls, _spawn_anyio)
 
         return anyio.run(floor, backend=kind.split("/")[1])
+    if kind.startswith("connection/"):
+        return _connection_only(kind.split("/")[1], port, calls)
     if kind.startswith("sepp-anyio"):
         import anyio
 
@@ -339,7 +392,7 @@ def main() -> None:
             assert started.stdout.readline().strip() == "ready"
         best: dict[str, dict[str, float]] = {}
         for round_no in range(args.rounds):
-            for kind in CLIENTS + FLOORS + CEILINGS:
+            for kind in CLIENTS + FLOORS + LAYERS + CEILINGS:
                 out = subprocess.run(
                     [
                         sys.executable,
@@ -384,7 +437,7 @@ def main() -> None:
     )
     print("| client | " + " | ".join(titles) + " |")
     print("|---|" + "---|" * len(columns))
-    for kind in CLIENTS + FLOORS + CEILINGS:
+    for kind in CLIENTS + FLOORS + LAYERS + CEILINGS:
         cells = []
         for column in columns:
             if column not in best[kind]:
@@ -405,6 +458,15 @@ def main() -> None:
         floor = best["floor/trio" if kind.endswith("trio") else "floor/asyncio"]
         ours, theirs = best[kind]["cpu_per_10k"], floor["cpu_per_10k"]
         print(f"- {kind}: {(ours - theirs) * 100:.0f} us ({ours / theirs:.2f}x the floor)")
+    print("\nOur CPU per call by layer, us (best rounds):\n")
+    for backend in ("asyncio", "trio"):
+        floor_us = best[f"floor/{backend}"]["cpu_per_10k"] * 100
+        layer_us = best[f"connection/{backend}"]["cpu_per_10k"] * 100
+        whole_us = best[f"sepp-anyio/{backend}"]["cpu_per_10k"] * 100
+        print(
+            f"- {backend}: {whole_us:.0f} = the floor {floor_us:.0f} + connection and HTTP/2 "
+            f"core {layer_us - floor_us:.0f} + stub and Stream {whole_us - layer_us:.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -103,9 +103,12 @@ def test_transport_benchmark_reports_every_client_and_the_floor() -> None:
         "grpcio-aio",
         "floor/asyncio",
         "floor/trio",
+        "connection/asyncio",
+        "connection/trio",
         "ceiling/blocking",
     ]
     ceiling = [cell.strip() for cell in table[-1].split("|")[1:-1]]
     assert float(ceiling[1].split()[0]) > 0 and ceiling[2:4] == ["-", "-"]
     assert "as a share of the ceiling" in result.stdout
     assert "above the floor" in result.stdout
+    assert "stub and Stream" in result.stdout

@@ -50,6 +50,12 @@ class Native(Protocol):
         """The backend's clock (the same value as ``anyio.current_time()``)."""
         ...
 
+    @property
+    def effective_deadline(self) -> Callable[[], float]:
+        """The running task's effective deadline (``anyio.current_effective_deadline``; on
+        trio, trio's own, which anyio's calls)."""
+        ...
+
     def waiter(self) -> Waiter:
         """A fresh :class:`Waiter`."""
         ...
@@ -96,6 +102,9 @@ class _AsyncioWaiter:
 
 class _Asyncio:
     __slots__ = ("_loop", "now")
+
+    # (anyio's cancel scopes are anyio's own on asyncio: only anyio knows their deadlines.)
+    effective_deadline = staticmethod(anyio.current_effective_deadline)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -152,7 +161,7 @@ class _TrioWaiter:
 
 
 class _Trio:
-    __slots__ = ("now",)
+    __slots__ = ("effective_deadline", "now")
 
     def __init__(self) -> None:
         global _trio_lowlevel, _trio_cancel_scope
@@ -162,6 +171,7 @@ class _Trio:
         _trio_lowlevel = trio.lowlevel
         _trio_cancel_scope = trio.CancelScope
         self.now = trio.current_time
+        self.effective_deadline = trio.current_effective_deadline
 
     def waiter(self) -> Waiter:
         return _TrioWaiter()
@@ -182,6 +192,7 @@ class _Anyio:
     __slots__ = ()
 
     now = staticmethod(anyio.current_time)
+    effective_deadline = staticmethod(anyio.current_effective_deadline)
 
     def waiter(self) -> Waiter:
         return anyio.Event()

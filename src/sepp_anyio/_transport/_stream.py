@@ -332,7 +332,7 @@ class Stream:
         # grpc-timeout): the wait below delivers that cancellation first.
         ambient = self._ambient
         if ambient is None:
-            ambient = anyio.current_effective_deadline()
+            ambient = self._channel.native.effective_deadline()
         if ambient <= now:
             await _deliver_expired_deadline()
         # The usual case needs no await: the channel's connection is up and has a free
@@ -626,7 +626,7 @@ class Stream:
             await conn.flush()
 
     async def __aenter__(self) -> Stream:
-        ambient = self._ambient = anyio.current_effective_deadline()
+        ambient = self._ambient = self._channel.native.effective_deadline()
         if self._deadline is not None and ambient <= self._deadline:
             # The caller's deadline comes first: it ends the call (as a cancellation,
             # which is what the caller asked for) before ours could, so watching ours
