@@ -6,10 +6,13 @@ from typing import Final
 
 from ._message import encode_grpc_message
 
-__all__ = ["RESPONSE_HEADERS", "trailers", "trailers_only"]
+__all__ = ["OK_TRAILERS", "RESPONSE_HEADERS", "trailers", "trailers_only"]
 
 #: The response headers of every call that sends a message.
 RESPONSE_HEADERS: Final = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+#: The trailers of a call that succeeded with nothing to say: ``trailers(0, None)``, the
+#: same on almost every call (a constant, so the HPACK encoder can keep its encoding).
+OK_TRAILERS: Final = ((b"grpc-status", b"0"),)
 
 
 def trailers(status: int, message: str | None) -> list[tuple[bytes, bytes]]:

@@ -71,13 +71,15 @@ class Activity:
 
     def record(self, queue: str, kind: str, now_ms: int, count: int = 1) -> None:
         second = now_ms // 1000
-        kinds = self._buckets.setdefault(queue, {k: deque() for k in KINDS})
+        kinds = self._buckets.get(queue)
+        if kinds is None:  # (not setdefault: that would build the default on every call)
+            kinds = self._buckets[queue] = {k: deque() for k in KINDS}
         buckets = kinds[kind]
         if buckets and buckets[-1][0] == second:
-            buckets[-1][1] += count
+            buckets[-1][1] += count  # (within the newest second: nothing to trim)
         else:
             buckets.append([second, count])
-        self._trim(buckets, second)
+            self._trim(buckets, second)
 
     def _trim(self, buckets: deque[list[int]], second: int) -> None:
         while buckets and buckets[0][0] <= second - self._window:

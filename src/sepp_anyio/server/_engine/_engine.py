@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import math
-import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -92,6 +91,7 @@ from ._convert import (
     ms_timestamp,
     timestamp_ms,
 )
+from ._ids import JobIds
 from ._policy import retry_delay_ms
 from ._state import Changes, QueueState
 from ._validate import (
@@ -208,7 +208,7 @@ class Engine(anyio.AsyncContextManagerMixin):
         self._timer_scope: anyio.CancelScope | None = None
         self._timer_target: int | None = None
         # A seam for tests that need reproducible ids (property-based tests replay examples).
-        self._new_job_id: Callable[[], str] = lambda: str(uuid.uuid4())
+        self._new_job_id: Callable[[], str] = JobIds()
         # What the web console shows beyond the state: rates and who holds each lease.
         self._activity = Activity()
         self._holders = LeaseHolders()

@@ -61,6 +61,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from sepp_anyio._grpc import (
+    OK_TRAILERS,
     RESPONSE_HEADERS,
     decode_timeout,
     metadata_problem,
@@ -643,7 +644,14 @@ class ServedConnection:
         h2 = self.h2
         try:
             if call.headers_sent:
-                h2.send_headers(call.stream_id, trailers(status, message), end_stream=True)
+                if status == 0 and not message:
+                    # The usual ending: constant, so its encoding is kept (one byte on the
+                    # wire once the table has it, and no HPACK work per call).
+                    h2.send_headers(
+                        call.stream_id, OK_TRAILERS, end_stream=True, cache_key=OK_TRAILERS
+                    )
+                else:
+                    h2.send_headers(call.stream_id, trailers(status, message), end_stream=True)
             else:
                 h2.send_headers(call.stream_id, trailers_only(status, message), end_stream=True)
                 call.headers_sent = True
