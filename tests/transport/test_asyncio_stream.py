@@ -32,6 +32,7 @@ from sepp_anyio._io._trio_stream import TrioStream
 from sepp_anyio._transport._dial import dial
 from tests.reliability._wait import eventually
 from tests.support.servers import pattern_bytes
+from tests.transport._pumping import pump_one_then_stop
 
 pytestmark = pytest.mark.anyio
 
@@ -247,16 +248,7 @@ async def test_pump_hands_input_to_the_handler_in_asyncios_callback() -> None:
             seen.append((data, asyncio.current_task() is None))
             return data != b"stop"
 
-        async with anyio.create_task_group() as tg:
-
-            async def pump() -> None:
-                with anyio.fail_after(10):
-                    await ours.pump(handler)
-
-            tg.start_soon(pump)
-            await peer.send(b"one")
-            await eventually(lambda: len(seen) == 1, within=10, what="the first read")
-            await peer.send(b"stop")
+        await pump_one_then_stop(ours, peer, handler, seen)
         assert seen == [(b"one", True), (b"stop", True)]
         await peer.send(b"later")
         assert await _receive_all(ours, 5) == b"later"

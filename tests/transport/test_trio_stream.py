@@ -22,6 +22,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from sepp_anyio._io._trio_stream import TrioStream, connect_trio_tcp
 from tests.reliability._wait import eventually
 from tests.support.servers import pattern_bytes
+from tests.transport._pumping import pump_one_then_stop
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["trio"])]
 
@@ -120,16 +121,7 @@ async def test_pump_hands_each_read_to_the_handler_until_it_says_stop() -> None:
             seen.append(data)
             return not data.endswith(b"stop")
 
-        async with anyio.create_task_group() as tg:
-
-            async def pump() -> None:
-                with anyio.fail_after(10):
-                    await ours.pump(handler)
-
-            tg.start_soon(pump)
-            await peer.send(b"one")
-            await eventually(lambda: len(seen) == 1, within=10, what="the first read")
-            await peer.send(b"stop")
+        await pump_one_then_stop(ours, peer, handler, seen)
         assert seen == [b"one", b"stop"]
         await peer.send(b"later")
         assert await _receive_all(ours, 5) == b"later"

@@ -89,33 +89,22 @@ class TrioStream(anyio.abc.ByteStream):
 
         On cancellation nothing is lost: no bytes are read while waiting.
         """
-        sock = self._sock
-        while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            if self._drained or self._eager >= _MAX_EAGER_RECEIVES:
-                self._eager = 0
-                await self._wait(trio.lowlevel.wait_readable)
-            try:
-                data = sock.recv(max_bytes)
-            except BlockingIOError:
-                self._drained = True
-                continue
-            except OSError as exc:
-                raise self._failed(exc) from exc
-            if not data:
-                raise anyio.EndOfStream
-            self._drained = len(data) < max_bytes
-            self._eager += 1
-            return data
+        received: list[bytes] = []
 
-    async def pump(self, handler: Callable[[bytes], bool]) -> None:
-        """Hand the input to ``handler`` as it arrives, until ``handler`` returns False.
+        def take(data: bytes) -> bool:
+            received.append(data)
+            return False
 
-        The same loop as :meth:`receive`, with ``handler`` called in it: a reader that
-        parses every read at once saves the frames of a ``receive`` call and its return
-        to the reader's loop on every read (two per unary call). ``handler`` must not
-        await. Returns once ``handler`` has returned False.
+        await self.pump(take, max_bytes)
+        return received[0]
+
+    async def pump(self, handler: Callable[[bytes], bool], max_bytes: int = _PUMP_READ) -> None:
+        """Hand the input to ``handler`` as it arrives (at most ``max_bytes`` a read), until
+        ``handler`` returns False.
+
+        A reader that parses every read at once saves the frames of a :meth:`receive` call
+        and its return to the reader's loop on every read (two per unary call).
+        ``handler`` must not await. Returns once ``handler`` has returned False.
 
         Raises:
             anyio.EndOfStream: the peer closed the connection.
@@ -131,12 +120,12 @@ class TrioStream(anyio.abc.ByteStream):
                 raise anyio.ClosedResourceError
             if self._drained or self._eager >= _MAX_EAGER_RECEIVES:
                 self._eager = 0
-                try:  # (_wait, inline: this task resumes here on every read)
+                try:  # (not _wait: a reader's task resumes here on every read)
                     await trio.lowlevel.wait_readable(sock)
                 except trio.ClosedResourceError:
                     raise anyio.ClosedResourceError from None
             try:
-                data = sock.recv(_PUMP_READ)
+                data = sock.recv(max_bytes)
             except BlockingIOError:
                 self._drained = True
                 continue
@@ -144,7 +133,7 @@ class TrioStream(anyio.abc.ByteStream):
                 raise self._failed(exc) from exc
             if not data:
                 raise anyio.EndOfStream
-            self._drained = len(data) < _PUMP_READ
+            self._drained = len(data) < max_bytes
             self._eager += 1
             if not handler(data):
                 return
