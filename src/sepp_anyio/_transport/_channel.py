@@ -299,7 +299,8 @@ class Channel(anyio.AsyncContextManagerMixin):
         The constant ones (pseudo-headers, fixed headers, constant metadata) go
         through the HPACK table, and the connection's encoder caches their encoding;
         the per-call ones (a grpc-timeout that changes every call, credentials,
-        per-call metadata) are sent as literals never indexed.
+        per-call metadata) are sent as literals never indexed. The constant list is the
+        channel's own, returned to every call of ``path``: it is read, never changed.
         """
         key = (path, timeout if stable_timeout else None)
         headers = self._header_lists.get(key)
