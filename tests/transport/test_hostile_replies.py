@@ -315,3 +315,81 @@ async def test_status_zero_in_trailers_is_ok() -> None:
     with RawH2Server(_status_handler("0", after_data=True, seen=seen)) as raw:
         async with sepp_anyio.connect(raw.address) as client:
             assert (await client.server_info()).version == "v"
+
+
+# ------------------------------------------------------------------ whole unary replies
+
+# A unary reply that arrives whole (headers, one valid message, trailers) but is wrong in
+# one respect: the call reads such replies in one pass, and must not return the message.
+_GRPC_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
+ONE_THING_WRONG: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]], StatusCode]] = {
+    "HTTP status 503": (
+        [(":status", "503"), ("content-type", "application/grpc")],
+        [("grpc-status", "0")],
+        StatusCode.UNAVAILABLE,
+    ),
+    "content-type text/html": (
+        [(":status", "200"), ("content-type", "text/html")],
+        [("grpc-status", "0")],
+        StatusCode.UNKNOWN,
+    ),
+    "no content-type": ([(":status", "200")], [("grpc-status", "0")], StatusCode.UNKNOWN),
+    "status 13 after the message": (
+        _GRPC_HEADERS,
+        [("grpc-status", "13"), ("grpc-message", "boom")],
+        StatusCode.INTERNAL,
+    ),
+    "the first of two statuses is 9": (
+        _GRPC_HEADERS,
+        [("grpc-status", "9"), ("grpc-status", "0")],
+        StatusCode.FAILED_PRECONDITION,
+    ),
+    "trailers without a status": (_GRPC_HEADERS, [("grpc-message", "hm")], StatusCode.UNKNOWN),
+}
+
+
+def _whole_reply_handler(headers: list[tuple[str, str]], trailers: list[tuple[str, str]]) -> Any:
+    info = pb.GetServerInfoResponse(server_version="v", server_time=datetime.now(UTC))
+    body = _message(bytes(info))
+
+    def handler(conn: h2.connection.H2Connection, event: h2.events.Event, send: Send) -> None:
+        conn.config.validate_outbound_headers = False
+        if isinstance(event, h2.events.RequestReceived):
+            assert event.stream_id is not None
+            conn.send_headers(event.stream_id, headers)
+            conn.send_data(event.stream_id, body)
+            conn.send_headers(event.stream_id, trailers, end_stream=True)
+        elif isinstance(event, h2.events.DataReceived) and event.stream_id is not None:
+            conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id)
+        send()
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("headers", "trailers", "code"), list(ONE_THING_WRONG.values()), ids=list(ONE_THING_WRONG)
+)
+async def test_a_whole_reply_wrong_in_one_respect_is_an_error_not_its_message(
+    headers: list[tuple[str, str]], trailers: list[tuple[str, str]], code: StatusCode
+) -> None:
+    with RawH2Server(_whole_reply_handler(headers, trailers)) as raw:
+        async with Channel("127.0.0.1", raw.port) as channel:
+            with anyio.fail_after(10):
+                stream, outcome = await _unary(channel)
+    assert isinstance(outcome, GrpcError), outcome
+    assert outcome.code is code
+    assert stream._call is not None and stream._call.finished
+
+
+async def test_a_whole_usual_reply_is_read_in_one_pass_and_frees_its_stream() -> None:
+    with RawH2Server(_whole_reply_handler(_GRPC_HEADERS, [("grpc-status", "0")])) as raw:
+        async with Channel("127.0.0.1", raw.port) as channel:
+            with anyio.fail_after(10):
+                stream, outcome = await _unary(channel)
+                # The stream's slot is free again: a second call on the connection works.
+                _, again = await _unary(channel)
+    assert isinstance(outcome, pb.GetServerInfoResponse)
+    assert outcome.server_version == "v"
+    assert isinstance(again, pb.GetServerInfoResponse)
+    assert stream._call is not None and stream._call.finished
+    assert stream._conn is not None and not stream._conn.calls

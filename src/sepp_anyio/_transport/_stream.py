@@ -74,6 +74,8 @@ _DEADLINE_VERDICTS = frozenset(
 # Bound on the checkpoints _deliver_expired_deadline takes; the backend cancels an expired
 # scope within an event-loop iteration or two.
 _DEADLINE_SPINS = 100
+# What Stream._whole_reply returns for a response it leaves to the general path.
+_UNUSUAL: Any = object()
 
 logger = logging.getLogger("sepp_anyio.transport")
 
@@ -544,6 +546,18 @@ class Stream:
         the trailers' status, or INTERNAL if that status is OK.
         """
         if not self._initial_done:
+            call = self._call
+            if call is not None and not self._cardinality.server_streaming:
+                # A unary response: once it has ended, the usual one (a message and an
+                # OK status) is read in one pass; anything else takes the path below,
+                # which says what is wrong.
+                if not call.ended:
+                    await self._wait(None)
+                    call = self._call
+                    assert call is not None
+                reply = self._whole_reply(call)
+                if reply is not _UNUSUAL:
+                    return reply
             await self.recv_initial_metadata()
         if self._trailers_only:
             return None
@@ -571,15 +585,58 @@ class Stream:
                     await self.recv_trailing_metadata()
                     raise GrpcError(StatusCode.INTERNAL, "the server sent no response message")
                 return None
+        return self._decode(data)
+
+    def _decode(self, data: bytes) -> Any:
         try:
             # Strict: a field of the wrong wire type fails the reply (betterproto2's own
             # decoder would let it through as a value of the wrong type).
-            message = decode(self._recv_type, data)
+            return decode(self._recv_type, data)
         except Exception as exc:
             raise GrpcError(
                 StatusCode.INTERNAL, f"could not decode {self._recv_type.__name__}: {exc}"
             ) from exc
-        return message
+
+    def _whole_reply(self, call: CallState) -> Any:
+        """The message of a unary response that has ended, if it is the usual one: HTTP
+        200, a gRPC content-type, one message, trailers with an OK status and no local
+        verdict. Else :data:`_UNUSUAL`, and nothing is consumed (the general path reads
+        it and raises what is wrong).
+
+        Raises:
+            GrpcError: INTERNAL when the message does not decode.
+        """
+        headers, trailers = call.headers, call.trailers
+        if call.failure is not None or headers is None or trailers is None:
+            return _UNUSUAL
+        http_status = content_type = None
+        for key, value in headers:
+            if key == b":status":
+                if http_status is None:
+                    http_status = value
+            elif key == b"content-type":
+                if content_type is None:
+                    content_type = value
+            elif key == b"grpc-status":
+                return _UNUSUAL  # (trailers-only)
+        if (
+            http_status != b"200"
+            or content_type is None
+            or not content_type.startswith(b"application/grpc")
+        ):
+            return _UNUSUAL
+        for key, value in trailers:
+            if key == b"grpc-status":
+                if value != b"0":
+                    return _UNUSUAL
+                break
+        else:
+            return _UNUSUAL
+        data = call.decoder.pop()
+        if data is None:
+            return _UNUSUAL
+        self._initial_done = self._trailers_done = True
+        return self._decode(data)
 
     async def recv_trailing_metadata(self) -> None:
         """Wait for the trailers and raise a non-OK status."""
@@ -640,6 +697,18 @@ class Stream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        call, conn = self._call, self._conn
+        if (
+            exc_type is None
+            and self._trailers_done
+            and self._end_sent
+            and call is not None
+            and call.ended
+            and conn is not None
+        ):
+            # The usual end: the whole response was read and checked.
+            conn.release_call(call)
+            return
         await self._finish(exc_type)
 
     async def _finish(self, exc_type: type[BaseException] | None) -> None:
