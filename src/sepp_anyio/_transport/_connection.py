@@ -587,10 +587,10 @@ class Connection:
         try:
             while True:
                 if pump is not None:
-                    # Input is parsed in the transport's callback (see _pumped), and
+                    # Input is parsed in the transport's callback (see _consume), and
                     # this task is woken only for what needs it: a flush that waits,
                     # the output over its bound, a protocol error.
-                    await pump(self._pumped)
+                    await pump(consume)
                 else:
                     consume(await receive(_READ_SIZE))
                 # WINDOW_UPDATEs and PING/SETTINGS ACKs the events produced.
@@ -608,21 +608,21 @@ class Connection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self._not_http2() or self.unavailable(f"connection lost: {exc!r}"))
 
-    def _consume(self, data: bytes) -> None:
-        """Feed what was read to the HTTP/2 connection and dispatch its events."""
+    def _consume(self, data: bytes) -> bool:
+        """Feed what was read to the HTTP/2 connection and dispatch its events; False when
+        the reader's task must take over (see :meth:`_read_loop`).
+
+        The pump's handler (on asyncio it runs in the transport's read callback), and the
+        reader's own step on a stream without a pump, which ignores what it returns.
+        """
         if len(self.first_bytes) < _FIRST_BYTES:
             self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
+        h2conn = self.h2
         dispatch = self._dispatch
-        for event in self.h2.receive_data(data, self.native.now()):
+        for event in h2conn.receive_data(data, self.native.now()):
             dispatch(event)
-
-    def _pumped(self, data: bytes) -> bool:
-        """:meth:`_consume` from the transport's read callback; False when the reader's
-        task must take over (see :meth:`_read_loop`)."""
-        self._consume(data)
         if self._terminated is not None:
             return False
-        h2conn = self.h2
         pending = h2conn.pending_output_bytes
         if not pending:
             return True  # (the usual read: nothing to answer)
