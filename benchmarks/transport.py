@@ -228,18 +228,19 @@ def _connection_only(backend: str, port: int, calls: int) -> dict[str, float]:
     from sepp_anyio._transport import Channel
     from sepp_anyio._wire._codec import decode, encode
 
-    path, timeout = "/sepp.v1.QueueService/Ack", b"30S"  # the stub's, with timeout=30.0
+    path = "/sepp.v1.QueueService/Ack"
 
     async def run() -> dict[str, float]:
         async with Channel("127.0.0.1", port) as channel:
-            headers, extra = channel.request_headers(path, timeout, True, [])
+            # The stub's, with timeout=30.0 (grpc-timeout 30S, through the HPACK table).
+            headers, extra, key = channel.request_headers(path, 30.0, [])
             request = pb.AckRequest(job_id="bench", attempt=1)
 
             async def call() -> pb.AckResponse:
                 conn = channel.ready_connection() or await channel.get_connection()
                 if not conn.try_acquire_slot():
                     await conn.acquire_slot()
-                state = conn.open_call(headers, extra, (path, timeout), end_stream=False)
+                state = conn.open_call(headers, extra, key, end_stream=False)
                 body = encode_message(encode(request))
                 conn.h2.send_data(state.stream_id, body, end_stream=True)
                 if not conn.flush_now():

@@ -32,13 +32,20 @@ from ._headers import OK_TRAILERS, RESPONSE_HEADERS, trailers, trailers_only
 from ._message import decode_grpc_message, encode_grpc_message
 from ._metadata import MetadataLike, encode_metadata, metadata_problem
 from ._status import GrpcError, MalformedReplyError, read_status, status_from_http
-from ._timeout import STABLE_TIMEOUT_FROM, decode_timeout, encode_stable_timeout, encode_timeout
+from ._timeout import (
+    STABLE_TIMEOUT_FROM,
+    STABLE_TIMEOUT_UP_TO,
+    decode_timeout,
+    encode_stable_timeout,
+    encode_timeout,
+)
 
 __all__ = [
     "OK_TRAILERS",
     "PREFIX_SIZE",
     "RESPONSE_HEADERS",
     "STABLE_TIMEOUT_FROM",
+    "STABLE_TIMEOUT_UP_TO",
     "UNARY",
     "CompressedMessageError",
     "ExtraMessageError",

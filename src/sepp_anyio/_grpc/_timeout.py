@@ -11,6 +11,7 @@ from typing import Final
 
 __all__ = [
     "STABLE_TIMEOUT_FROM",
+    "STABLE_TIMEOUT_UP_TO",
     "TimeoutSyntaxError",
     "decode_timeout",
     "encode_stable_timeout",
@@ -53,6 +54,8 @@ def encode_timeout(seconds: float) -> bytes:
 
 #: From this many seconds up, :func:`encode_stable_timeout` sends whole seconds.
 STABLE_TIMEOUT_FROM: Final = 10.0
+#: ... and up to this many (the protocol's 8 digits); beyond, None.
+STABLE_TIMEOUT_UP_TO: Final = _MAX_VALUE
 
 
 def encode_stable_timeout(seconds: float) -> bytes | None:
@@ -67,7 +70,7 @@ def encode_stable_timeout(seconds: float) -> bytes | None:
     at most one second (a tenth, at worst) more than the client, which enforces its own
     deadline.
     """
-    if not seconds >= STABLE_TIMEOUT_FROM or seconds > _MAX_VALUE:
+    if not seconds >= STABLE_TIMEOUT_FROM or seconds > STABLE_TIMEOUT_UP_TO:
         return None
     return b"%dS" % math.ceil(seconds)
 

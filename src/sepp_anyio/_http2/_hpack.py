@@ -212,14 +212,17 @@ class HeaderDecoder:
     docstring).
     """
 
-    __slots__ = ("_cache", "_decoder", "_indexed", "max_decoded_bytes")
+    __slots__ = ("_decoder", "_indexed", "known", "max_decoded_bytes")
 
     def __init__(self, *, max_decoded_bytes: int, table_size: int) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=max_decoded_bytes)
         self._decoder.max_allowed_table_size = table_size
         self._decoder.header_table_size = table_size
         self.max_decoded_bytes = max_decoded_bytes
-        self._cache: dict[bytes, Decoded] = {}
+        #: Whole blocks decoded before, by their bytes: valid while the table stays the
+        #: same (emptied when it changes). Read only; a reader may look a block up here
+        #: before it calls :meth:`decode`, which is what decode does first.
+        self.known: dict[bytes, Decoded] = {}
         # One-byte index (0x81..0xFE) -> its header, while the table stays the same.
         self._indexed: dict[int, tuple[bytes, bytes]] = {}
 
@@ -235,7 +238,7 @@ class HeaderDecoder:
                 ``max_decoded_bytes`` (:class:`hpack.OversizedHeaderListError`). The
                 table is unusable afterwards.
         """
-        cache = self._cache
+        cache = self.known
         decoded = cache.get(block)
         if decoded is not None:
             return decoded

@@ -332,7 +332,8 @@ class Reader(Defences):
             self._decode(block)  # keeps the HPACK table in step
             self._frame_on_closed(stream_id, None, "HEADERS", events)
             return
-        decoded = self._decode(block)
+        # (The decoder's own first step, here: most blocks are ones seen before.)
+        decoded = self._decoder.known.get(block) or self._decode(block)
         if not stream.open_for_receiving:
             self._frame_on_closed(stream_id, stream, "HEADERS", events)
             return

@@ -31,21 +31,29 @@ import os
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.streams.tls import TLSAttribute
 from grpclib.const import Cardinality
 
-from .._grpc import GrpcError, MetadataLike, encode_metadata
+from .._grpc import (
+    STABLE_TIMEOUT_FROM,
+    STABLE_TIMEOUT_UP_TO,
+    GrpcError,
+    MetadataLike,
+    encode_metadata,
+    encode_stable_timeout,
+    encode_timeout,
+)
 from .._io._deadlines import Deadlines
 from .._io._native import ANYIO as _ANYIO
 from .._io._native import Native, native
 from .._model._error_root import InvalidArgumentError, StatusCode
 from .._model._limits import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES
 from .._version import __version__
-from ._connection import CallState, Connection
+from ._connection import Connection
 from ._dial import dial
 from ._stream import Stream
 
@@ -185,11 +193,12 @@ class Channel(anyio.AsyncContextManagerMixin):
         ]
         # The constant headers of a call, by path and stable grpc-timeout (None: no
         # timeout, or one sent as a per-call literal); bounded by _MAX_HEADER_LISTS.
-        self._header_lists: dict[tuple[str, bytes | None], list[tuple[bytes, bytes]]] = {}
+        self._header_lists: dict[tuple[str, int | None], list[tuple[bytes, bytes]]] = {}
         # The running backend's clock and waiters, looked up once (set on entering).
         self.native: Native = _ANYIO
         # The calls' own timeouts (one task instead of a cancel scope per call).
-        self._deadlines = Deadlines()
+        #: The calls' own timeouts (``Stream`` has them watched), kept by one task.
+        self.deadlines = Deadlines()
 
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -217,7 +226,7 @@ class Channel(anyio.AsyncContextManagerMixin):
         self.native = native()
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            tg.start_soon(self._deadlines.run, self.native, name="sepp-anyio call deadlines")
+            tg.start_soon(self.deadlines.run, self.native, name="sepp-anyio call deadlines")
             try:
                 yield self
             except BaseException as exc:
@@ -287,22 +296,27 @@ class Channel(anyio.AsyncContextManagerMixin):
         )
 
     def request_headers(
-        self,
-        path: str,
-        timeout: bytes | None,
-        stable_timeout: bool,
-        metadata: list[tuple[bytes, bytes]],
-    ) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-        """The request's headers: the ones that are the same on every call of ``path``
-        (with this stable timeout), and the per-call ones.
+        self, path: str, remaining: float, metadata: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], Sequence[tuple[bytes, bytes]], Hashable]:
+        """A call's headers, given the seconds ``remaining`` until its deadline (inf:
+        none): the ones that are the same on every call of ``path`` with this stable
+        timeout, the per-call ones, and the key that names the first for the encoder.
 
-        The constant ones (pseudo-headers, fixed headers, constant metadata) go
-        through the HPACK table, and the connection's encoder caches their encoding;
-        the per-call ones (a grpc-timeout that changes every call, credentials,
-        per-call metadata) are sent as literals never indexed. The constant list is the
-        channel's own, returned to every call of ``path``: it is read, never changed.
+        The constant ones (pseudo-headers, fixed headers, constant metadata, and a
+        ``grpc-timeout`` of whole seconds, see ``encode_stable_timeout``) go through the
+        HPACK table, and the connection's encoder caches their encoding; the per-call
+        ones (a grpc-timeout below ten seconds, which changes every call; per-call
+        metadata) are sent as literals never indexed. The constant list is the
+        channel's own, returned to every call with the same key: it is read, never
+        changed.
         """
-        key = (path, timeout if stable_timeout else None)
+        timeout: bytes | None = None
+        if STABLE_TIMEOUT_FROM <= remaining <= STABLE_TIMEOUT_UP_TO:
+            key: tuple[str, int | None] = (path, math.ceil(remaining))
+        else:
+            key = (path, None)
+            if remaining != math.inf:
+                timeout = encode_timeout(remaining)
         headers = self._header_lists.get(key)
         if headers is None:
             headers = [
@@ -313,22 +327,24 @@ class Channel(anyio.AsyncContextManagerMixin):
                 *self._fixed_headers,
                 *self._indexed_metadata,
             ]
-            if timeout is not None and stable_timeout:
-                # The same on every call with this timeout (whole seconds): indexed
-                # once, then a one-byte reference like the headers above.
-                headers.append((b"grpc-timeout", timeout))
+            seconds = key[1]
+            if seconds is not None:
+                # The same on every call with this timeout: indexed once, then a one-byte
+                # reference like the headers above.
+                stable = encode_stable_timeout(seconds)
+                assert stable is not None
+                headers.append((b"grpc-timeout", stable))
             if len(self._header_lists) >= _MAX_HEADER_LISTS:
                 self._header_lists.clear()
             self._header_lists[key] = headers
-        extra: list[tuple[bytes, bytes]] = []
-        if timeout is not None and not stable_timeout:
-            # A different value on every call: indexing it would fill the
-            # HPACK dynamic table with dead entries and evict the constant
-            # headers, which are otherwise sent as one-byte references.
-            extra.append((b"grpc-timeout", timeout))
-        if metadata:
-            extra += metadata
-        return headers, extra
+        if timeout is None and not metadata:
+            return headers, (), key
+        # A value that changes on every call: indexing it would fill the HPACK dynamic
+        # table with dead entries and evict the constant headers, which are otherwise
+        # sent as one-byte references.
+        extra = [] if timeout is None else [(b"grpc-timeout", timeout)]
+        extra += metadata
+        return headers, extra, key
 
     # ------------------------------------------------------------ connections
 
@@ -344,13 +360,9 @@ class Channel(anyio.AsyncContextManagerMixin):
     def ready_connection(self) -> Connection | None:
         """The current connection if it takes new calls (no I/O), else None."""
         conn = self._conn
-        if conn is not None and conn.usable:
+        if conn is not None and conn.failure is None and not conn.draining:  # (usable)
             return conn
         return None
-
-    def watch_deadline(self, call: CallState, deadline: float) -> None:
-        """Fail ``call`` with DEADLINE_EXCEEDED (waking it) once ``deadline`` passes."""
-        self._deadlines.watch(call, deadline)
 
     async def get_connection(self) -> Connection:
         """The current connection if usable, else a new one (one attempt at a time)."""

@@ -546,7 +546,9 @@ class Connection:
         """Forget a finished call and free its slot (synchronous, no I/O)."""
         call.finished = True
         if self.calls.pop(call.stream_id, None) is not None:
-            self.release_slot()
+            self._open_streams -= 1  # (release_slot)
+            if self._slot_waiters:
+                self._grant_slots()
         if self.draining and not self.calls:
             self.close_soon()
 
@@ -618,9 +620,35 @@ class Connection:
         if len(self.first_bytes) < _FIRST_BYTES:
             self.first_bytes += data[: _FIRST_BYTES - len(self.first_bytes)]
         h2conn = self.h2
-        dispatch = self._dispatch
+        calls = self.calls
         for event in h2conn.receive_data(data, self.native.now()):
-            dispatch(event)
+            # A unary response's three events inline (see _dispatch for all of them).
+            kind = type(event)
+            if kind is _http2.ResponseReceived:
+                assert isinstance(event, _http2.ResponseReceived)
+                call = calls.get(event.stream_id)
+                if call is not None:
+                    call.headers = event.headers
+                    if event.end_stream:
+                        self._ended(call)
+                    # (A call waiting for its response's end has nothing to see yet.)
+                    if call.waiter is not None and (call.ended or not call.until_end):
+                        call.wake()
+            elif kind is _http2.DataReceived:
+                assert isinstance(event, _http2.DataReceived)
+                self._on_data(event)
+            elif kind is _http2.TrailersReceived:
+                assert isinstance(event, _http2.TrailersReceived)
+                call = calls.get(event.stream_id)
+                if call is not None:
+                    call.trailers = event.headers
+                    call.ended = True
+                    if self._window_waiters:  # (as _ended does)
+                        self._wake_window_waiters()
+                    if call.waiter is not None:
+                        call.wake()
+            else:
+                self._dispatch(event)
         if self._terminated is not None:
             return False
         pending = h2conn.pending_output_bytes
@@ -681,26 +709,10 @@ class Connection:
     # ------------------------------------------------------------ dispatch
 
     def _dispatch(self, event: _http2.Event) -> None:
+        """What an event other than a response's headers, DATA or trailers does
+        (:meth:`_consume` handles those three)."""
         kind = type(event)
-        if kind is _http2.DataReceived:
-            assert isinstance(event, _http2.DataReceived)
-            self._on_data(event)
-        elif kind is _http2.ResponseReceived:
-            assert isinstance(event, _http2.ResponseReceived)
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                call.headers = event.headers
-                if event.end_stream:
-                    self._ended(call)
-                call.wake()
-        elif kind is _http2.TrailersReceived:
-            assert isinstance(event, _http2.TrailersReceived)
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                call.trailers = event.headers
-                self._ended(call)
-                call.wake()
-        elif kind is _http2.StreamReset:
+        if kind is _http2.StreamReset:
             assert isinstance(event, _http2.StreamReset)
             self._on_reset(event)
         elif kind is _http2.WindowUpdated:
@@ -788,7 +800,10 @@ class Connection:
                 return
         if event.end_stream:
             self._ended(call)
-        call.wake()
+        # (A call waiting for its response's end has nothing to see yet: a waiter woken
+        # by a failure or a reset is gone already.)
+        if call.waiter is not None and (call.ended or not call.until_end):
+            call.wake()
 
     def _on_goaway(self, event: _http2.GoAwayReceived) -> None:
         code = event.error_code

@@ -30,7 +30,6 @@ stays usable.
 from __future__ import annotations
 
 import logging
-import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -40,8 +39,6 @@ import anyio.lowlevel
 from .._grpc import (
     GrpcError,
     encode_message,
-    encode_stable_timeout,
-    encode_timeout,
     read_status,
     status_from_http,
 )
@@ -52,7 +49,9 @@ from .._wire._codec import decode, encode
 from ._connection import CallState, Connection, deadline_exceeded, status_for_reset
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Hashable, Sequence
+
+    from .._io._deadlines import Deadlines
 
 
 __all__ = ["CallOwner", "CallShape", "Stream"]
@@ -128,14 +127,12 @@ class CallOwner(Protocol):
     """
 
     def request_headers(
-        self,
-        path: str,
-        timeout: bytes | None,
-        stable_timeout: bool,
-        metadata: list[tuple[bytes, bytes]],
-    ) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-        """The request's headers: those the same on every call of ``path`` (through the
-        HPACK table) and the per-call ones (sent never indexed)."""
+        self, path: str, remaining: float, metadata: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], Sequence[tuple[bytes, bytes]], Hashable]:
+        """The call's headers given the seconds ``remaining`` until its deadline (inf:
+        none): those the same on every call of ``path`` with this timeout (through the
+        HPACK table), the per-call ones (sent never indexed), and the key that names the
+        first for the encoder's cache."""
         ...
 
     async def get_connection(self) -> Connection:
@@ -146,8 +143,11 @@ class CallOwner(Protocol):
         """The current connection if it takes new calls, without I/O; else None."""
         ...
 
-    def watch_deadline(self, call: CallState, deadline: float) -> None:
-        """Fail ``call`` with DEADLINE_EXCEEDED, waking it, once ``deadline`` passes."""
+    @property
+    def deadlines(self) -> Deadlines:
+        """The task that keeps the calls' own timeouts: a call it watches (``watch``) is
+        failed with DEADLINE_EXCEEDED, and woken, once its deadline passes
+        (``CallState.expire``)."""
         ...
 
     @property
@@ -266,7 +266,7 @@ class Stream:
             deadline = self._deadline
             if deadline is not None and self._watched is not call and not self._deadline_covered:
                 self._watched = call
-                self._channel.watch_deadline(call, deadline)
+                self._channel.deadlines.watch(call, deadline)
             while not (call.ended if ready is None else ready(call)):
                 if call.unprocessed and self._can_resend():
                     break
@@ -304,21 +304,6 @@ class Stream:
 
     # ------------------------------------------------------------ sending
 
-    def _timeout_header(self, ambient: float, now: float) -> tuple[bytes | None, bool]:
-        """grpc-timeout: the nearer of our own deadline and the caller's (``ambient``,
-        the effective deadline around the call), and whether the value is a stable one
-        (the same on the next call with the same timeout, see encode_stable_timeout)."""
-        deadline = ambient
-        if self._deadline is not None and self._deadline < deadline:
-            deadline = self._deadline
-        if deadline == math.inf:
-            return None, False
-        remaining = deadline - now
-        stable = encode_stable_timeout(remaining)
-        if stable is not None:
-            return stable, True
-        return encode_timeout(remaining), False
-
     async def _open(self, *, end: bool, body: bytes | None) -> None:
         """Open the HTTP/2 stream: headers, then the body if there is one."""
         if self._call is not None:
@@ -343,10 +328,12 @@ class Stream:
         if conn is None or not conn.try_acquire_slot():
             conn = await self._bounded(self._acquire())
             now = clock()
-        timeout, stable = self._timeout_header(ambient, now)
-        headers, extra = self._channel.request_headers(self._name, timeout, stable, self._metadata)
-        # A stable grpc-timeout is part of the constant headers, so it keys the cache too.
-        key = (self._name, timeout) if stable else self._name
+        # grpc-timeout: the nearer of our own deadline and the caller's.
+        if deadline is not None and deadline < ambient:
+            ambient = deadline
+        headers, extra, key = self._channel.request_headers(
+            self._name, ambient - now, self._metadata
+        )
         call = conn.open_call(
             headers,
             extra,
@@ -356,19 +343,17 @@ class Stream:
         )
         self._conn = conn
         self._call = call
-        if body is None:
-            self._end_sent = end
-        elif len(body) <= conn.h2.send_window(call.stream_id):
-            # The usual unary request: headers and body leave in one write.
-            conn.h2.send_data(call.stream_id, body, end_stream=end)
-            self._end_sent = end
-            body = None
-        if body is None:
-            # Shielded (a frame is never cut), so the deadline need not bound it.
-            if not conn.flush_now():
-                await conn.flush()
-        else:
-            await self._send_body(call, conn, body, end=end)
+        if body is not None:
+            # The usual unary request: headers and body leave in one write. What the
+            # windows do not take now waits for window updates.
+            sent = conn.h2.send_data(call.stream_id, body, end_stream=end)
+            if sent < len(body):
+                await self._send_body(call, conn, memoryview(body)[sent:], end=end)
+                return
+        self._end_sent = end
+        # Shielded (a frame is never cut), so the deadline need not bound it.
+        if not conn.flush_now():
+            await conn.flush()
 
     async def _acquire(self) -> Connection:
         """A connection with a free stream slot, retrying if one goes away.
@@ -393,7 +378,7 @@ class Stream:
         await self._send_body(call, conn, data, end=end)
 
     async def _send_body(
-        self, call: CallState, conn: Connection, data: bytes, *, end: bool
+        self, call: CallState, conn: Connection, data: bytes | memoryview, *, end: bool
     ) -> None:
         """Send ``data`` in DATA frames as the windows allow, waiting for window updates."""
         h2conn = conn.h2
