@@ -228,30 +228,46 @@ async def test_the_client_reports_an_oversized_reply_with_the_size_error() -> No
 # ------------------------------------------------------------------ grpc-status
 
 
-def _status_handler(value: str, *, after_data: bool, seen: list[int]) -> Any:
+_GRPC_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
+
+
+def _reply_handler(
+    headers: list[tuple[str, str]],
+    trailers: list[tuple[str, str]] | None,
+    seen: list[int] | None = None,
+) -> Any:
+    """Answer every request with ``headers``, one valid message and ``trailers``, or with
+    ``headers`` alone, ending the stream (trailers-only), when ``trailers`` is None; the
+    stream ids go to ``seen``. Nothing is normalised or validated on the way out."""
     info = pb.GetServerInfoResponse(server_version="v", server_time=datetime.now(UTC))
     body = _message(bytes(info))
 
     def handler(conn: h2.connection.H2Connection, event: h2.events.Event, send: Send) -> None:
         # h2 would strip the surrounding whitespace of " 14" before sending it.
         conn.config.normalize_outbound_headers = False
+        conn.config.validate_outbound_headers = False
         if isinstance(event, h2.events.RequestReceived):
             assert event.stream_id is not None
-            seen.append(event.stream_id)
-            headers = [(":status", "200"), ("content-type", "application/grpc")]
-            if after_data:
+            if seen is not None:
+                seen.append(event.stream_id)
+            if trailers is None:
+                conn.send_headers(event.stream_id, headers, end_stream=True)
+            else:
                 conn.send_headers(event.stream_id, headers)
                 conn.send_data(event.stream_id, body)
-                conn.send_headers(event.stream_id, [("grpc-status", value)], end_stream=True)
-            else:
-                conn.send_headers(
-                    event.stream_id, [*headers, ("grpc-status", value)], end_stream=True
-                )
+                conn.send_headers(event.stream_id, trailers, end_stream=True)
         elif isinstance(event, h2.events.DataReceived) and event.stream_id is not None:
             conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id)
         send()
 
     return handler
+
+
+def _status_handler(value: str, *, after_data: bool, seen: list[int]) -> Any:
+    status = ("grpc-status", value)
+    if after_data:
+        return _reply_handler(_GRPC_HEADERS, [status], seen)
+    return _reply_handler([*_GRPC_HEADERS, status], None, seen)
 
 
 BAD_STATUSES = {
@@ -321,7 +337,6 @@ async def test_status_zero_in_trailers_is_ok() -> None:
 
 # A unary reply that arrives whole (headers, one valid message, trailers) but is wrong in
 # one respect: the call reads such replies in one pass, and must not return the message.
-_GRPC_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
 ONE_THING_WRONG: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]], StatusCode]] = {
     "HTTP status 503": (
         [(":status", "503"), ("content-type", "application/grpc")],
@@ -348,31 +363,13 @@ ONE_THING_WRONG: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]], S
 }
 
 
-def _whole_reply_handler(headers: list[tuple[str, str]], trailers: list[tuple[str, str]]) -> Any:
-    info = pb.GetServerInfoResponse(server_version="v", server_time=datetime.now(UTC))
-    body = _message(bytes(info))
-
-    def handler(conn: h2.connection.H2Connection, event: h2.events.Event, send: Send) -> None:
-        conn.config.validate_outbound_headers = False
-        if isinstance(event, h2.events.RequestReceived):
-            assert event.stream_id is not None
-            conn.send_headers(event.stream_id, headers)
-            conn.send_data(event.stream_id, body)
-            conn.send_headers(event.stream_id, trailers, end_stream=True)
-        elif isinstance(event, h2.events.DataReceived) and event.stream_id is not None:
-            conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id)
-        send()
-
-    return handler
-
-
 @pytest.mark.parametrize(
     ("headers", "trailers", "code"), list(ONE_THING_WRONG.values()), ids=list(ONE_THING_WRONG)
 )
 async def test_a_whole_reply_wrong_in_one_respect_is_an_error_not_its_message(
     headers: list[tuple[str, str]], trailers: list[tuple[str, str]], code: StatusCode
 ) -> None:
-    with RawH2Server(_whole_reply_handler(headers, trailers)) as raw:
+    with RawH2Server(_reply_handler(headers, trailers)) as raw:
         async with Channel("127.0.0.1", raw.port) as channel:
             with anyio.fail_after(10):
                 stream, outcome = await _unary(channel)
@@ -382,7 +379,7 @@ async def test_a_whole_reply_wrong_in_one_respect_is_an_error_not_its_message(
 
 
 async def test_a_whole_usual_reply_is_read_in_one_pass_and_frees_its_stream() -> None:
-    with RawH2Server(_whole_reply_handler(_GRPC_HEADERS, [("grpc-status", "0")])) as raw:
+    with RawH2Server(_reply_handler(_GRPC_HEADERS, [("grpc-status", "0")])) as raw:
         async with Channel("127.0.0.1", raw.port) as channel:
             with anyio.fail_after(10):
                 stream, outcome = await _unary(channel)

@@ -108,6 +108,24 @@ async def _verdict_delivered(exc: GrpcError) -> None:
         await _deliver_expired_deadline()
 
 
+def _read_response_headers(
+    headers: Sequence[tuple[bytes, bytes]],
+) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """``:status``, ``content-type`` and ``grpc-status`` of response headers, in one pass
+    (the first of each counts; None where one is missing)."""
+    http_status = content_type = grpc_status = None
+    for key, value in headers:
+        if key == b":status":
+            if http_status is None:
+                http_status = value
+        elif key == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif key == b"grpc-status" and grpc_status is None:
+            grpc_status = value
+    return http_status, content_type, grpc_status
+
+
 class CallShape(Protocol):
     """Whether a call streams its requests and its replies: the members of grpclib's
     ``Cardinality`` that the generated stubs pass have these two attributes (the channel,
@@ -491,17 +509,7 @@ class Stream:
             raise GrpcError(
                 StatusCode.UNKNOWN, "the server ended the stream without response headers"
             )
-        # One pass for the three headers read here (the first of each counts).
-        http_status = grpc_status = content_type = None
-        for key, value in headers:
-            if key == b":status":
-                if http_status is None:
-                    http_status = value
-            elif key == b"content-type":
-                if content_type is None:
-                    content_type = value
-            elif key == b"grpc-status" and grpc_status is None:
-                grpc_status = value
+        http_status, content_type, grpc_status = _read_response_headers(headers)
         if http_status != b"200":
             code = int(http_status) if http_status and http_status.isdigit() else 0
             raise GrpcError(
@@ -594,18 +602,10 @@ class Stream:
         headers, trailers = call.headers, call.trailers
         if call.failure is not None or headers is None or trailers is None:
             return _UNUSUAL
-        http_status = content_type = None
-        for key, value in headers:
-            if key == b":status":
-                if http_status is None:
-                    http_status = value
-            elif key == b"content-type":
-                if content_type is None:
-                    content_type = value
-            elif key == b"grpc-status":
-                return _UNUSUAL  # (trailers-only)
+        http_status, content_type, grpc_status = _read_response_headers(headers)
         if (
-            http_status != b"200"
+            grpc_status is not None  # (trailers-only)
+            or http_status != b"200"
             or content_type is None
             or not content_type.startswith(b"application/grpc")
         ):
