@@ -24,6 +24,11 @@ class EagerStream(Protocol):
         """Wait until what :meth:`write_now` queued is written."""
         ...
 
+    @property
+    def writing_paused(self) -> bool:
+        """Whether bytes :meth:`write_now` queued wait for room in the kernel."""
+        ...
+
 
 @runtime_checkable
 class PumpStream(Protocol):

@@ -72,6 +72,13 @@ class Native(Protocol):
         ``anyio.lowlevel.checkpoint`` does)."""
         ...
 
+    @property
+    def call_soon(self) -> Callable[[Callable[[], object]], object] | None:
+        """Run a plain function once the tasks ready now have run their steps, outside any
+        task (asyncio's ``loop.call_soon``); None where the backend has no such cheap
+        callback (trio: its ``run_sync_soon`` wakes the loop through a socket)."""
+        ...
+
 
 class _AsyncioWaiter:
     __slots__ = ("_future", "_loop", "_set")
@@ -101,7 +108,7 @@ class _AsyncioWaiter:
 
 
 class _Asyncio:
-    __slots__ = ("_loop", "now")
+    __slots__ = ("_loop", "call_soon", "now")
 
     # (anyio's cancel scopes are anyio's own on asyncio: only anyio knows their deadlines.)
     effective_deadline = staticmethod(anyio.current_effective_deadline)
@@ -109,6 +116,7 @@ class _Asyncio:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.now = loop.time
+        self.call_soon: Callable[[Callable[[], object]], object] | None = loop.call_soon
 
     def waiter(self) -> Waiter:
         return _AsyncioWaiter(self._loop)
@@ -163,6 +171,8 @@ class _TrioWaiter:
 class _Trio:
     __slots__ = ("effective_deadline", "now")
 
+    call_soon = None
+
     def __init__(self) -> None:
         global _trio_lowlevel, _trio_cancel_scope
         import trio
@@ -193,6 +203,7 @@ class _Anyio:
 
     now = staticmethod(anyio.current_time)
     effective_deadline = staticmethod(anyio.current_effective_deadline)
+    call_soon = None
 
     def waiter(self) -> Waiter:
         return anyio.Event()

@@ -280,6 +280,8 @@ class Connection:
         # Set when run() has finished and the socket is closed.
         self.closed = anyio.Event()
         self._flushing = False
+        # Whether a coalesced write is scheduled (flush_soon).
+        self._write_scheduled = False
         # Set (and replaced) each time a flush finishes: the reader waits on it while
         # the output is over its bound.
         self._flushed: anyio.Event | None = None
@@ -364,6 +366,43 @@ class Connection:
             self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
             return True
 
+    def flush_soon(self) -> bool:
+        """:meth:`flush_now`, or else, where the backend has a plain callback for it
+        (asyncio's ``call_soon``), one write of everything queued once the tasks ready now
+        have queued their frames too: True when the caller need not await :meth:`flush`.
+
+        For a call's request, whose task waits for the reply anyway: the write needs no
+        task, so no shielding (nothing can cancel it) and no yield of the caller's. False
+        where the backend has no such callback, while the output waits for room in the
+        kernel (the caller's :meth:`flush` waits for it: the backpressure), and without a
+        stream that writes synchronously.
+        """
+        if self.flush_now():
+            return True
+        call_soon = self.native.call_soon
+        eager = self._eager
+        if call_soon is None or eager is None or eager.writing_paused:
+            return False
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            call_soon(self._scheduled_write)
+        return True
+
+    def _scheduled_write(self) -> None:
+        """flush_soon's write, from the event loop's callback."""
+        self._write_scheduled = False
+        # A flush in progress writes what is queued (it loops until nothing is).
+        if self._flushing or self.failure is not None or not self.h2.pending_output_bytes:
+            return
+        eager = self._eager
+        assert eager is not None
+        try:
+            # What the kernel does not take now stays with the stream, which writes it
+            # before anything later; the next flush() waits for it.
+            eager.write_now(self.h2.data_to_send())
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
+
     async def flush(self, *, shield: bool = True) -> None:
         """Send everything the HTTP/2 connection has queued.
 
@@ -372,12 +411,16 @@ class Connection:
         once, because the writer loops until the queue is empty and so sends
         its frames too (this also coalesces concurrent calls into fewer
         writes). A dead peer can't block the writer forever: the keepalive
-        task closes the stream, which aborts the pending write.
+        task closes the stream, which aborts the pending write. Returns once
+        what was queued is with the kernel, including what an earlier
+        :meth:`flush_now` left with the stream for want of room there.
         """
-        if self.flush_now():
+        eager = self._eager
+        if self.flush_now() and (
+            self._flushing or self.failure is not None or eager is None or not eager.writing_paused
+        ):
             return
         h2conn = self.h2
-        eager = self._eager
         lone = len(self.calls) <= 1
         self._flushing = True
         try:
@@ -390,12 +433,17 @@ class Connection:
                     # path, which dominates the client's CPU per call. A lone
                     # call skips this and keeps its latency.
                     await self.native.checkpoint()
-                data = h2conn.data_to_send()
-                while data:
-                    await self._stream.send(data)
+                while True:
                     data = h2conn.data_to_send()
-                if eager is not None:
-                    await eager.drained()
+                    while data:
+                        await self._stream.send(data)
+                        data = h2conn.data_to_send()
+                    if eager is not None:
+                        await eager.drained()
+                    # Frames queued while the kernel's buffer was full: their callers
+                    # found this flush running and left the writing to it.
+                    if not h2conn.pending_output_bytes:
+                        break
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             self.fail(self.unavailable(f"connection lost while writing: {exc!r}"))
         finally:

@@ -370,7 +370,7 @@ class Stream:
                 return
         self._end_sent = end
         # Shielded (a frame is never cut), so the deadline need not bound it.
-        if not conn.flush_now():
+        if not conn.flush_soon():
             await conn.flush()
 
     async def _acquire(self) -> Connection:
