@@ -37,7 +37,7 @@ Reported:
   server is one process, so no client gets all of it). Where the clients run at the same
   share of that bound, their ratio is the inverse ratio of their CPU per job, and a client
   gains only by costing less of it, its own or the server's;
-* the floor, at the first latency only: for each backend, the same rows run by the least a
+* the floor, at every latency: for each backend, the same rows run by the least a
   worker on our client can do (``floor/asyncio``, ``floor/trio``: reserve what is free, run
   each job on a task of its own, give its slot back, ack it; no handler registry, log
   context, span, accounting or shielded settle), so the CPU per job of the Worker can be
@@ -71,7 +71,7 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_worker_child.py"
 KINDS = ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio"]
 # Not workers: the least a worker on our client can do (reserve what is free, a task per
-# job, ack it; see _worker_child.floor_loop), measured at the first latency only.
+# job, ack it; see _worker_child.floor_loop), measured at every latency.
 FLOORS = ["floor/asyncio", "floor/trio"]
 BASELINE = "sepp-py"
 # (label, jobs at scale 1, max_in_flight, handler sleep)
@@ -150,8 +150,7 @@ def main() -> None:
     delays: list[float] = args.latency
     # throughput[delay][kind]: one list of row results per round
     throughput: dict[float, dict[str, list[list[dict[str, float]]]]] = {
-        delay: {kind: [] for kind in KINDS + (FLOORS if delay == delays[0] else [])}
-        for delay in delays
+        delay: {kind: [] for kind in KINDS + FLOORS} for delay in delays
     }
     latency: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     memory: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
@@ -164,7 +163,7 @@ def main() -> None:
                 proxy = Proxy(server.address, delay)
                 try:
                     watch = {"server": server.pid, "proxy": proxy.process.pid}
-                    for kind in KINDS + (FLOORS if delay == delays[0] else []):
+                    for kind in KINDS + FLOORS:
                         where = {"kind": kind, "address": proxy.address, "watch": watch}
                         results = run_child({**where, "scenario": "throughput", "rows": rows})
                         throughput[delay][kind].append(results)
@@ -236,22 +235,24 @@ def main() -> None:
             baseline = max(runs[index]["jobs_per_s"] for runs in throughput[delay][BASELINE])
             print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + f" | {1.2 * baseline:.0f} |")
 
-    first = delays[0]
     print(
-        f"\nThe floor at {first:g} ms: worker process CPU us per job of each worker and of "
-        "the least a worker on our client can do (reserve what is free, a task per job, ack "
-        f"it), best of {args.rounds}; ratio vs {BASELINE}'s worker\n"
+        "\nThe floor: worker process CPU us per job of each worker and of the least a worker "
+        "on our client can do (reserve what is free, a task per job, ack it), best of "
+        f"{args.rounds}; ratio vs {BASELINE}'s worker\n"
     )
     shown = KINDS + FLOORS
-    print("| handler, max_in_flight | " + " | ".join(shown) + " |")
-    print("|---|" + "---|" * len(shown))
-    for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
-        cpu_us = {
-            kind: 1000 * _best([r[index] for r in throughput[first][kind]], "cpu_ms", lower=True)
-            for kind in shown
-        }
-        cells = [f"{cpu_us[kind]:.0f} ({cpu_us[kind] / cpu_us[BASELINE]:.2f}x)" for kind in shown]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    print("| latency | handler, max_in_flight | " + " | ".join(shown) + " |")
+    print("|---|---|" + "---|" * len(shown))
+    for delay in delays:
+        for index, (label, *_) in enumerate(THROUGHPUT_ROWS):
+            cpu_us = {
+                kind: 1000
+                * _best([r[index] for r in throughput[delay][kind]], "cpu_ms", lower=True)
+                for kind in shown
+            }
+            base = cpu_us[BASELINE]
+            cells = [f"{cpu_us[kind]:.0f} ({cpu_us[kind] / base:.2f}x)" for kind in shown]
+            print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
 
     cores = os.cpu_count() or 1
     print(
