@@ -250,8 +250,8 @@ def main() -> None:
                 * _best([r[index] for r in throughput[delay][kind]], "cpu_ms", lower=True)
                 for kind in shown
             }
-            base = cpu_us[BASELINE]
-            cells = [f"{cpu_us[kind]:.0f} ({cpu_us[kind] / base:.2f}x)" for kind in shown]
+            sepp_py_us = cpu_us[BASELINE]
+            cells = [f"{cpu_us[kind]:.0f} ({cpu_us[kind] / sepp_py_us:.2f}x)" for kind in shown]
             print(f"| {delay:g} ms | {label} | " + " | ".join(cells) + " |")
 
     cores = os.cpu_count() or 1
