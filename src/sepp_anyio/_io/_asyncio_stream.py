@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,22 @@ __all__ = ["AsyncioStream", "accept_asyncio_tcp", "connect_asyncio_tcp"]
 # The buffer the transport reads into: one read never takes more. 64 KiB is the
 # largest size glibc still serves from its heap rather than with mmap.
 _READ_BUFFER = 1 << 16
+# One such buffer per thread, shared by every connection of the thread's event loop:
+# asyncio fills it and calls buffer_updated in one synchronous step, which copies what
+# it read before any other connection reads, so no connection needs one of its own. (A
+# buffer each would be 64 KiB held by every idle connection a server has, which glibc's
+# heap keeps after they close.)
+_buffers = threading.local()
+
+
+def _read_buffer() -> memoryview:
+    """This thread's read buffer."""
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(_READ_BUFFER))
+    return view
+
+
 # Unread input above this pauses the transport's reading, so a peer can make
 # us hold at most about this much (plus one read) before we consume it: the same
 # bound as anyio's stream, which holds one 256 KiB read.
@@ -56,8 +73,8 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self._buffer = bytearray(_READ_BUFFER)
-        self._view = memoryview(self._buffer)
+        # (Made by the event loop, in its thread, as are all its calls to us.)
+        self._view = _read_buffer()
         self.chunks: list[bytes] = []
         self.size = 0
         self.reading_paused = False
