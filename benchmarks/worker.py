@@ -131,7 +131,12 @@ def _best(runs: list[dict[str, float]], key: str, *, lower: bool = False) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs per cell, best kept")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the job counts")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply the job counts (throughput rows, pickup samples, jobs held for memory)",
+    )
     parser.add_argument(
         "--latency",
         type=float,
@@ -148,6 +153,8 @@ def main() -> None:
         for _, jobs, max_in_flight, sleep in THROUGHPUT_ROWS
     ]
     delays: list[float] = args.latency
+    latency_samples = max(10, round(LATENCY_SAMPLES * args.scale))
+    memory_jobs = max(100, round(MEMORY_JOBS * args.scale))
     # throughput[delay][kind]: one list of row results per round
     throughput: dict[float, dict[str, list[list[dict[str, float]]]]] = {
         delay: {kind: [] for kind in KINDS + FLOORS} for delay in delays
@@ -179,11 +186,11 @@ def main() -> None:
                     proxy.stop()
             for kind in KINDS:
                 base = {"kind": kind, "address": server.address}
-                spec = {**base, "scenario": "latency", "samples": LATENCY_SAMPLES}
+                spec = {**base, "scenario": "latency", "samples": latency_samples}
                 latency[kind].append(run_child(spec))
                 print(f"round {round_no} {kind:19s} latency {latency[kind][-1]}", file=sys.stderr)
                 if round_no == 1:  # steady from run to run: once is enough
-                    spec = {**base, "scenario": "memory", "jobs": MEMORY_JOBS}
+                    spec = {**base, "scenario": "memory", "jobs": memory_jobs}
                     memory[kind].append(run_child(spec))
                     print(f"round 1 {kind:19s} memory {memory[kind][-1]}", file=sys.stderr)
     finally:
@@ -279,7 +286,7 @@ def main() -> None:
 
     print(
         f"\nEnqueue-to-handler-start latency of an idle worker in long poll, ms "
-        f"({LATENCY_SAMPLES} jobs one at a time; ratio vs {BASELINE})\n"
+        f"({latency_samples} jobs one at a time; ratio vs {BASELINE})\n"
     )
     print("| client | p50 | p99 |")
     print("|---|---|---|")
@@ -291,7 +298,7 @@ def main() -> None:
             f"| {p99[kind]:.2f} ({p99[kind] / p99[BASELINE]:.2f}x) |"
         )
 
-    print(f"\nMemory with {MEMORY_JOBS:,} jobs in flight, MiB (ratio vs {BASELINE})\n")
+    print(f"\nMemory with {memory_jobs:,} jobs in flight, MiB (ratio vs {BASELINE})\n")
     print("| client | RSS then | growth over idle | peak RSS of the process |")
     print("|---|---|---|---|")
     rss = {kind: _best(memory[kind], "rss_mb", lower=True) for kind in KINDS}

@@ -1,9 +1,10 @@
 """The benchmark scripts still run: nothing else imports them, so a change elsewhere (the
 transport leaving h2, say) could break one unnoticed until somebody measures.
 
-Each runs as a user would run it, shrunk to a few calls: the HTTP/2 codec benchmark whole,
-and the worker benchmark's measuring child for every client against a reference server on
-loopback, with the server's CPU watched as ``worker.py`` watches it.
+Each runs as a user would run it, shrunk to a few calls: the HTTP/2 codec, transport,
+worker and server benchmarks whole (the server's with its hostile scenarios), and the worker
+benchmark's measuring child for every client against a reference server on loopback, with
+the server's CPU watched as ``worker.py`` watches it.
 """
 
 from __future__ import annotations
@@ -112,3 +113,50 @@ def test_transport_benchmark_reports_every_client_and_the_floor() -> None:
     assert "as a share of the ceiling" in result.stdout
     assert "above the floor" in result.stdout
     assert "stub and Stream" in result.stdout
+
+
+def test_worker_benchmark_reports_every_table() -> None:
+    """The whole worker benchmark, shrunk: every table, with every client (and the floors)
+    in the throughput rows."""
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "worker.py"),
+        "--scale", "0.01", "--rounds", "1", "--latency", "0",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    rows = [line for line in out.splitlines() if line.startswith("| 0 ms |")]
+    # throughput (6), ceiling of the sleeping rows (3), floor (6), CPU of every process (6)
+    assert len(rows) == 21, out
+    cells = [len(row.split("|")) - 2 for row in rows]
+    assert cells == [5] * 6 + [6] * 3 + [7] * 6 + [5] * 6, out
+    for heading in ("Ceiling of the rows", "The floor:", "CPU ms per job", "Enqueue-to-handler"):
+        assert heading in out
+    assert "Memory with 100 jobs in flight" in out
+    clients = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| sepp")]
+    # pickup latency and memory: one row per client each
+    assert clients == ["sepp-py", "sepp-anyio/asyncio", "sepp-anyio/trio"] * 2, out
+
+
+# Its hostile part waits on each scenario's connection (about 20 s in all, longer on a
+# loaded machine), over the suite's default per-test bound.
+@pytest.mark.timeout(4 * TIMEOUT + 10)
+def test_server_benchmark_reports_every_rate_and_the_hostile_table() -> None:
+    """The whole server benchmark, shrunk, with its hostile scenarios (RSS after each)."""
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "server.py"),
+        "--clients", "1", "--seconds", "0.2", "--rounds", "1", "--acks", "4",
+        "--pipelines", "1",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    starts = ("| no-op", "| GetServer", "| jobs")
+    rates = [line for line in out.splitlines() if line.startswith(starts)]
+    assert len(rates) == 6, out
+    assert all(float(row.split("|")[2].split()[0].replace(",", "")) > 0 for row in rates), out
+    assert "targets:" in out
+    hostile = [line for line in out.splitlines() if line.endswith("% |")]
+    assert len(hostile) == 9, out
