@@ -23,15 +23,17 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 TIMEOUT = 50
 
 
-def test_http2_codec_benchmark_reports_every_role_and_batch() -> None:
-    command = [
-        sys.executable,
-        str(BENCHMARKS / "http2_codec.py"),
-        "--calls", "64", "--rounds", "1", "--batch", "1", "8",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+def _run(script: str, *args: str, timeout: float = TIMEOUT) -> str:
+    """Run ``benchmarks/<script>`` with ``args``; its standard output, once it exited 0."""
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines()[2:]]
+    return result.stdout
+
+
+def test_http2_codec_benchmark_reports_every_role_and_batch() -> None:
+    out = _run("http2_codec.py", "--calls", "64", "--rounds", "1", "--batch", "1", "8")
+    rows = [line.split("|")[1:-1] for line in out.splitlines()[2:]]
     assert [(role.strip(), batch.strip()) for role, batch, *_ in rows] == [
         ("client", "1"),
         ("client", "8"),
@@ -64,10 +66,7 @@ def test_worker_benchmark_child_measures_each_client(server: ServerProcess, kind
         "rows": [(24, 4, 0.0), (6, 2, 0.002)],
         "watch": {"server": server.pid},
     }
-    command = [sys.executable, str(BENCHMARKS / "_worker_child.py"), json.dumps(spec)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    noop, sleeping = json.loads(result.stdout)
+    noop, sleeping = json.loads(_run("_worker_child.py", json.dumps(spec)))
     for row in (noop, sleeping):
         assert row["jobs_per_s"] > 0 and row["jobs_per_reserve"] >= 1
         assert row["cpu_ms"] >= 0 and row["server_cpu_ms"] >= 0
@@ -79,23 +78,18 @@ def test_worker_benchmark_child_measures_each_client(server: ServerProcess, kind
 
 
 def test_connection_slots_benchmark_serves_every_fresh_client() -> None:
-    command = [
-        sys.executable,
-        str(BENCHMARKS / "connection_slots.py"),
+    out = _run(
+        "connection_slots.py",
         "--idle", "150", "--slow", "20", "--clients", "1", "--calls", "3",
         "--backend", "asyncio",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [line for line in result.stdout.splitlines() if line.startswith("| client")]
-    assert len(rows) == 1 and "failed" not in rows[0], result.stdout
+    )  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| client")]
+    assert len(rows) == 1 and "failed" not in rows[0], out
 
 
 def test_transport_benchmark_reports_every_client_and_the_floor() -> None:
-    command = [sys.executable, str(BENCHMARKS / "transport.py"), "--calls", "20", "--rounds", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    table = [line for line in result.stdout.splitlines() if line.startswith("| ")][1:]
+    out = _run("transport.py", "--calls", "20", "--rounds", "1", timeout=4 * TIMEOUT)
+    table = [line for line in out.splitlines() if line.startswith("| ")][1:]
     kinds = [row.split("|")[1].strip() for row in table]
     assert kinds == [
         "grpclib",
@@ -110,22 +104,16 @@ def test_transport_benchmark_reports_every_client_and_the_floor() -> None:
     ]
     ceiling = [cell.strip() for cell in table[-1].split("|")[1:-1]]
     assert float(ceiling[1].split()[0]) > 0 and ceiling[2:4] == ["-", "-"]
-    assert "as a share of the ceiling" in result.stdout
-    assert "above the floor" in result.stdout
-    assert "stub and Stream" in result.stdout
+    assert "as a share of the ceiling" in out
+    assert "above the floor" in out
+    assert "stub and Stream" in out
 
 
 def test_worker_benchmark_reports_every_table() -> None:
     """The whole worker benchmark, shrunk: every table, with every client (and the floors)
     in the throughput rows."""
-    command = [
-        sys.executable,
-        str(BENCHMARKS / "worker.py"),
-        "--scale", "0.01", "--rounds", "1", "--latency", "0",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+    args = ("--scale", "0.01", "--rounds", "1", "--latency", "0")
+    out = _run("worker.py", *args, timeout=4 * TIMEOUT)
     rows = [line for line in out.splitlines() if line.startswith("| 0 ms |")]
     # throughput (6), ceiling of the sleeping rows (3), floor (6), CPU of every process (6)
     assert len(rows) == 21, out
@@ -144,15 +132,8 @@ def test_worker_benchmark_reports_every_table() -> None:
 @pytest.mark.timeout(4 * TIMEOUT + 10)
 def test_server_benchmark_reports_every_rate_and_the_hostile_table() -> None:
     """The whole server benchmark, shrunk, with its hostile scenarios (RSS after each)."""
-    command = [
-        sys.executable,
-        str(BENCHMARKS / "server.py"),
-        "--clients", "1", "--seconds", "0.2", "--rounds", "1", "--acks", "4",
-        "--pipelines", "1",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=4 * TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+    args = ("--clients", "1", "--seconds", "0.2", "--rounds", "1", "--acks", "4")
+    out = _run("server.py", *args, "--pipelines", "1", timeout=4 * TIMEOUT)
     starts = ("| no-op", "| GetServer", "| jobs")
     rates = [line for line in out.splitlines() if line.startswith(starts)]
     assert len(rates) == 6, out
